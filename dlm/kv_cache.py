@@ -1,0 +1,61 @@
+"""A preallocated per-session KV cache.
+
+Block diffusion fills the cache exactly like an autoregressive model fills its own, one committed block at a
+time, but every denoising pass in between must attend to the cache *without* writing to it. So ``update``
+either stores the new keys (``store=True``, then :meth:`commit` advances the length) or just concatenates
+them for the pass. Rolling back to a shorter prefix is a length change, never a copy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dlm.config import ModelConfig
+
+
+class KVCache:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        capacity: int,
+        batch: int = 1,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if capacity > cfg.max_position_embeddings:
+            raise ValueError(
+                f"cache capacity {capacity} exceeds the model's context length {cfg.max_position_embeddings}"
+            )
+        shape = (cfg.num_layers, batch, cfg.num_kv_heads, capacity, cfg.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.length = 0
+        self.store = False
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[3]
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values to attend to for this pass: the committed prefix plus the new ones."""
+        start, end = self.length, self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"KV cache full: {end} positions needed, capacity {self.capacity}")
+        if self.store:
+            self.k[layer, :, :, start:end] = k
+            self.v[layer, :, :, start:end] = v
+            return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        return torch.cat((self.k[layer, :, :, :start], k), 2), torch.cat((self.v[layer, :, :, :start], v), 2)
+
+    def commit(self, n: int) -> None:
+        """Make the last stored ``n`` positions part of the prefix."""
+        self.length += n
+
+    def truncate(self, length: int) -> None:
+        """Roll back to the first ``length`` positions (e.g. the transcript changed)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.length = length
+
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() * 2
