@@ -1,0 +1,128 @@
+"""What flows out of a conversation pipeline, and what a transport may ask of it.
+
+Transports (WebRTC, Realtime websocket, Twilio, desktop, file mode) only see these types: they push caller
+audio in, consume :class:`PipelineEvent` objects and turn them into their own wire format. Keeping that
+contract here lets every transport be written and tested without knowing the pipeline's insides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """The caller started speaking (after the VAD's minimum duration); ``at`` is a monotonic time."""
+
+    at: float
+    interrupted_reply: bool = False  # True when this speech barged in on the assistant
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    """End of the caller's turn (silence hangover elapsed)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class TranscriptDelta:
+    """Partial transcript while the caller speaks: ``confirmed`` words will not change, ``tentative`` may."""
+
+    turn_id: int
+    confirmed: str
+    tentative: str
+
+
+@dataclass(frozen=True)
+class TranscriptCompleted:
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyTextDelta:
+    """Final reply text, streamed as the LM commits it."""
+
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallEvent:
+    turn_id: int
+    name: str
+    arguments: dict[str, Any]
+    result: str
+
+
+@dataclass(frozen=True)
+class AudioOut:
+    """Assistant audio for the caller: int16 mono at the pipeline's output rate."""
+
+    turn_id: int
+    pcm: np.ndarray
+    sample_rate: int
+
+
+@dataclass(frozen=True)
+class AudioCleared:
+    """Barge-in or cancel: the transport must drop any assistant audio it still holds."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class ResponseDone:
+    """The assistant's turn ended (completed or cancelled); ``trace`` is the turn's latency record."""
+
+    turn_id: int
+    text: str
+    cancelled: bool
+    trace: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PipelineError:
+    message: str
+    code: str = "pipeline_error"
+
+
+PipelineEvent = (
+    SpeechStarted | SpeechStopped | TranscriptDelta | TranscriptCompleted | ReplyTextDelta | ToolCallEvent
+    | AudioOut | AudioCleared | ResponseDone | PipelineError
+)
+
+
+class Conversation(Protocol):
+    """One caller's live conversation, as transports drive it."""
+
+    output_rate: int
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
+        """Caller audio (int16 mono) at any supported rate; the pipeline resamples statefully."""
+
+    def events(self) -> AsyncIterator[PipelineEvent]:
+        """Every event of the conversation, in order, until :meth:`close`."""
+
+    def played(self, turn_id: int, samples: int) -> None:
+        """The transport reports how much assistant audio actually reached the caller (for barge-in history)."""
+
+    async def commit_turn(self) -> None:
+        """End the caller's turn now (manual turn detection, e.g. Realtime input_audio_buffer.commit)."""
+
+    async def clear_input(self) -> None:
+        """Drop buffered caller audio that has not become a turn yet."""
+
+    async def respond(self, text: str | None = None) -> None:
+        """Start an assistant response (to ``text`` as a user message, or to the history as it is)."""
+
+    async def cancel_response(self) -> None:
+        """Stop the current response: LM and TTS are cancelled and AudioCleared is emitted."""
+
+    async def close(self) -> None:
+        """Free everything the conversation holds (LM session, buffers, tasks)."""
