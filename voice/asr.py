@@ -1,0 +1,311 @@
+"""Speech recognition: faster-whisper tiny.en, streamed with LocalAgreement-2 and a speculative final.
+
+Whisper pads every input to a 30 s window, so each pass costs a fixed few hundred ms on this CPU no
+matter how short the audio. Two consequences shape this module:
+
+* while the person talks, the growing turn buffer is re-transcribed every ``partial_interval_ms`` of new
+  audio (only when no pass is already running, so a slow CPU simply gets fewer partials), and words
+  that two consecutive passes agree on are confirmed for the LM to prefill;
+* the final pass starts speculatively when silence begins, so it is ready when the hangover ends; if
+  the person resumes, its result is demoted to one more partial hypothesis.
+
+Whisper invents text on silence and noise ("you", "Thank you.", "Subtitles by ..."); :meth:`WhisperAsr.
+transcribe` rejects such output and says why, rather than letting a phantom turn reach the LM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from voice.audio import as_pcm16
+from voice.local_agreement import LocalAgreement
+from voice.models import whisper_model_dir
+
+ASR_RATE = 16000
+
+PHANTOM_PHRASES = frozenset(
+    {
+        "you",
+        "thank you",
+        "thank you very much",
+        "thanks",
+        "thanks for watching",
+        "thank you for watching",
+        "thanks for listening",
+        "thank you for listening",
+        "please subscribe",
+        "like and subscribe",
+        "bye",
+        "bye bye",
+        "see you next time",
+        "the end",
+        "so",
+        "oh",
+        "hmm",
+    }
+)
+"""What Whisper says on silence and noise; kept only when it is confident it heard speech."""
+
+PHANTOM_PREFIXES = ("subtitles by", "captions by", "transcribed by", "translated by", "transcription by")
+"""Credits Whisper learned from subtitle files; never real speech addressed to an assistant."""
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case words without punctuation, for comparing against phantom phrases."""
+    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+@dataclass(frozen=True)
+class AsrConfig:
+    """Whisper decoding and hallucination-guard settings."""
+
+    cpu_threads: int = 2
+    beam_size: int = 1
+    """Greedy decoding: tiny.en gains little from a beam and each pass is on the critical path."""
+    no_speech_threshold: float = 0.6
+    """Reject a pass whose no-speech probability is above this."""
+    phantom_max_no_speech: float = 0.1
+    phantom_min_logprob: float = -0.5
+    """A phantom phrase survives only with no-speech prob below and average log-prob above these."""
+    min_audio_ms: int = 300
+    """Shorter turns are rejected without running Whisper."""
+    min_rms: float = 30.0
+    """Turns quieter than this RMS (int16 units, about -60 dBFS) are silence; Whisper is not run."""
+    partial_interval_ms: int = 400
+    """New audio between two partial passes."""
+    agreement_n: int = 2
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """One Whisper pass over a buffer; ``text`` is empty when the guard rejected it (see ``rejected``)."""
+
+    text: str
+    raw_text: str
+    """What Whisper produced before the guard."""
+    audio_ms: float
+    compute_ms: float
+    no_speech_prob: float
+    avg_logprob: float
+    rejected: str | None = None
+    """Why the text was discarded: too_short, silence, no_speech, phantom or empty."""
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return tuple(self.text.split())
+
+
+class WhisperAsr:
+    """The tiny.en model, loaded once, warmed, and run on one worker thread (calls are serialised)."""
+
+    def __init__(self, config: AsrConfig | None = None, model_dir: Path | None = None) -> None:
+        from faster_whisper import WhisperModel
+
+        self.config = config or AsrConfig()
+        self._model = WhisperModel(
+            str(model_dir or whisper_model_dir()),
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=self.config.cpu_threads,
+            local_files_only=True,
+        )
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper")
+        # The first pass allocates CTranslate2's buffers and costs about twice a warm one.
+        self._decode(np.zeros(ASR_RATE, dtype=np.int16))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def _decode(self, pcm: np.ndarray) -> tuple[str, float, float]:
+        segments, _ = self._model.transcribe(
+            pcm.astype(np.float32) / 32768.0,
+            language="en",
+            beam_size=self.config.beam_size,
+            temperature=0.0,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            vad_filter=False,
+            # The guard below decides with the raw figures; faster-whisper's own skipping would hide them.
+            no_speech_threshold=None,
+            log_prob_threshold=None,
+            compression_ratio_threshold=None,
+        )
+        segments = list(segments)
+        if not segments:
+            return "", 1.0, float("-inf")
+        text = "".join(s.text for s in segments).strip()
+        no_speech = max(s.no_speech_prob for s in segments)
+        logprob = float(np.mean([s.avg_logprob for s in segments]))
+        return text, no_speech, logprob
+
+    def transcribe(self, samples: np.ndarray, check_length: bool = True) -> Transcription:
+        """Blocking: transcribe 16 kHz PCM and apply the hallucination guard.
+
+        ``check_length=False`` skips the too-short check, for early partials of a turn just begun.
+        """
+        pcm = as_pcm16(samples)
+        audio_ms = 1000 * len(pcm) / ASR_RATE
+        cfg = self.config
+        if check_length and audio_ms < cfg.min_audio_ms:
+            return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "too_short")
+        if len(pcm) == 0 or float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2))) < cfg.min_rms:
+            return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "silence")
+        start = time.perf_counter()
+        text, no_speech, logprob = self._decode(pcm)
+        compute_ms = 1000 * (time.perf_counter() - start)
+        rejected = self._reject_reason(text, no_speech, logprob)
+        return Transcription(
+            "" if rejected else text, text, audio_ms, compute_ms, no_speech, logprob, rejected
+        )
+
+    def _reject_reason(self, text: str, no_speech: float, logprob: float) -> str | None:
+        cfg = self.config
+        norm = normalize_text(text)
+        if not norm:
+            return "empty"
+        if no_speech > cfg.no_speech_threshold:
+            return "no_speech"
+        if norm.startswith(PHANTOM_PREFIXES):
+            return "phantom"
+        unsure = no_speech >= cfg.phantom_max_no_speech or logprob <= cfg.phantom_min_logprob
+        if norm in PHANTOM_PHRASES and unsure:
+            return "phantom"
+        return None
+
+    async def transcribe_async(self, samples: np.ndarray, check_length: bool = True) -> Transcription:
+        """:meth:`transcribe` on the worker thread, so the event loop keeps moving audio meanwhile."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.transcribe, samples, check_length)
+
+
+@dataclass(frozen=True)
+class PartialTranscript:
+    confirmed: str
+    """Words two passes agreed on; only ever grows within a turn."""
+    tentative: str
+    """The rest of the latest pass; may still change."""
+    newly_confirmed: str
+    audio_ms: float
+    """How much of the turn the pass heard."""
+
+    @property
+    def text(self) -> str:
+        return f"{self.confirmed} {self.tentative}".strip()
+
+
+class StreamingTranscriber:
+    """One turn's streaming transcription, driven by the VAD events.
+
+    speech_started -> :meth:`start_turn`, every frame in the turn -> :meth:`feed`, silence_started ->
+    :meth:`start_final`, speech_resumed -> :meth:`discard_final`, turn_ended -> ``await`` :meth:`final`.
+    Partial transcripts arrive on :attr:`partials`. Must be used from a running event loop.
+    """
+
+    def __init__(self, asr: WhisperAsr, partial_interval_ms: int | None = None) -> None:
+        self.asr = asr
+        self.partial_interval_ms = (
+            asr.config.partial_interval_ms if partial_interval_ms is None else partial_interval_ms
+        )
+        self.partials: asyncio.Queue[PartialTranscript] = asyncio.Queue()
+        self._agreement = LocalAgreement(asr.config.agreement_n)
+        self._generation = 0
+        self._chunks: list[np.ndarray] = []
+        self._samples = 0
+        self._last_partial_at = 0
+        self._partial_task: asyncio.Task[None] | None = None
+        self._final_task: asyncio.Task[Transcription] | None = None
+
+    @property
+    def audio_ms(self) -> float:
+        return 1000 * self._samples / ASR_RATE
+
+    def reset(self) -> None:
+        """Forget the turn; passes still running for it will not post anything."""
+        self._generation += 1
+        self._chunks, self._samples, self._last_partial_at = [], 0, 0
+        self._agreement.reset()
+        self._final_task = None
+        self._partial_task = None
+
+    def start_turn(self, audio: np.ndarray) -> None:
+        """Begin a new turn with the pre-rolled audio of the speech_started event."""
+        self.reset()
+        self.feed(audio)
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Append 16 kHz turn audio; starts a partial pass in the background when one is due."""
+        pcm = as_pcm16(samples)
+        self._chunks.append(pcm)
+        self._samples += len(pcm)
+        due = 1000 * (self._samples - self._last_partial_at) / ASR_RATE >= self.partial_interval_ms
+        if due and self._final_task is None and self._partial_task is None:
+            self._last_partial_at = self._samples
+            self._partial_task = asyncio.get_running_loop().create_task(self._run_partial(self._snapshot()))
+
+    def _snapshot(self) -> np.ndarray:
+        if len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+        return self._chunks[0] if self._chunks else np.zeros(0, dtype=np.int16)
+
+    async def _run_partial(self, audio: np.ndarray) -> None:
+        generation = self._generation
+        try:
+            result = await self.asr.transcribe_async(audio, check_length=False)
+        finally:
+            if generation == self._generation:
+                self._partial_task = None
+        if generation == self._generation:
+            self._post_partial(result)
+
+    def _post_partial(self, result: Transcription) -> None:
+        if result.rejected:
+            return
+        agreement = self._agreement.update(result.words)
+        self.partials.put_nowait(
+            PartialTranscript(
+                " ".join(agreement.confirmed),
+                " ".join(agreement.tentative),
+                " ".join(agreement.newly_confirmed),
+                result.audio_ms,
+            )
+        )
+
+    def start_final(self) -> asyncio.Task[Transcription]:
+        """Speculatively run the final pass over the audio so far (the person just went quiet)."""
+        if self._final_task is None:
+            self._final_task = asyncio.get_running_loop().create_task(
+                self.asr.transcribe_async(self._snapshot())
+            )
+        return self._final_task
+
+    def discard_final(self) -> None:
+        """The person resumed: the speculative final becomes one more partial hypothesis."""
+        task, self._final_task = self._final_task, None
+        if task is None:
+            return
+        generation = self._generation
+
+        def demote(done: asyncio.Task[Transcription]) -> None:
+            if generation == self._generation and not done.cancelled() and done.exception() is None:
+                self._post_partial(done.result())
+
+        task.add_done_callback(demote)
+
+    async def final(self) -> Transcription:
+        """The turn's transcript: the speculative pass if one is standing, else a fresh pass now.
+
+        Audio fed after :meth:`start_final` is hangover silence, so the speculative pass is complete.
+        """
+        return await self.start_final()
+
+    async def idle(self) -> None:
+        """Wait until no partial pass is running (for driving the transcriber faster than real time)."""
+        while self._partial_task is not None:
+            await asyncio.shield(self._partial_task)

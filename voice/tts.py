@@ -1,0 +1,70 @@
+"""Text to speech: Piper with the bundled joe voice, producing PCM at whatever rate the transport wants.
+
+Piper renders one sentence per call to its ONNX model (~70-95 ms for a short clause here, ~230 ms
+for the very first call), so the voice is loaded and warmed once at start and fed one clause at a
+time by the chunker. Output is resampled from the voice rate (22.05 kHz) to the transport's rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from voice.audio import check_rate, resample
+from voice.models import piper_voice_files
+
+
+@dataclass(frozen=True)
+class TtsConfig:
+    length_scale: float | None = None
+    """Speaking rate: < 1 faster, > 1 slower; None keeps the voice's own."""
+    volume: float = 0.8
+    """Piper normalises each sentence to full scale; this leaves headroom so resampling cannot clip."""
+
+
+class PiperTts:
+    """The Piper voice, loaded once and warmed; synthesis runs on one worker thread."""
+
+    def __init__(
+        self,
+        config: TtsConfig | None = None,
+        model_path: Path | None = None,
+        config_path: Path | None = None,
+    ) -> None:
+        from piper import PiperVoice, SynthesisConfig
+
+        self.config = config or TtsConfig()
+        if model_path is None:
+            model_path, default_config = piper_voice_files()
+            config_path = config_path or default_config
+        self._voice = PiperVoice.load(model_path, config_path)
+        self._syn_config = SynthesisConfig(length_scale=self.config.length_scale, volume=self.config.volume)
+        self.sample_rate: int = self._voice.config.sample_rate
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="piper")
+        self.synthesize("Hello.")  # the first run sets up onnxruntime and costs ~3x a warm one
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def stream(self, text: str, out_rate: int | None = None) -> Iterator[np.ndarray]:
+        """Int16 PCM at ``out_rate`` (default: the voice rate), one array per sentence Piper renders."""
+        rate = check_rate(out_rate or self.sample_rate)
+        if not any(ch.isalnum() for ch in text):
+            return
+        for chunk in self._voice.synthesize(text, self._syn_config):
+            yield resample(chunk.audio_int16_array, self.sample_rate, rate)
+
+    def synthesize(self, text: str, out_rate: int | None = None) -> np.ndarray:
+        """All of ``text`` as one int16 PCM array (empty when there is nothing to say)."""
+        pieces = list(self.stream(text, out_rate))
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)
+
+    async def synthesize_async(self, text: str, out_rate: int | None = None) -> np.ndarray:
+        """:meth:`synthesize` on the worker thread, so the event loop keeps pacing audio meanwhile."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.synthesize, text, out_rate)
