@@ -1,0 +1,96 @@
+"""Pick a token and its confidence for each position of a block, and choose which positions to unmask.
+
+Greedy is the default (argmax; confidence = softmax probability of the argmax). Temperature / top-k / top-p
+sampling works on float32 logits (never float64 over the vocabulary) and reports the probability of the
+sampled token under the filtered distribution, which is what every reference sampler thresholds on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+
+GREEDY = Sampling()
+
+
+def _keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    kth = torch.topk(logits, min(k, logits.shape[-1]), dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability mass exceeds ``p``."""
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+    drop_sorted = torch.zeros_like(cumulative, dtype=torch.bool)
+    drop_sorted[..., 1:] = cumulative[..., :-1] > p  # the token that crosses p stays
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _filtered(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """float32 logits after temperature, top-k and top-p; greedy ignores the filters, as the references do."""
+    x = logits.float()
+    if sampling.temperature == 0:
+        return x
+    x = x / sampling.temperature
+    if sampling.top_k > 0:
+        x = _keep_top_k(x, sampling.top_k)
+    return _keep_top_p(x, sampling.top_p) if sampling.top_p < 1 else x
+
+
+def pick_tokens(
+    logits: torch.Tensor, sampling: Sampling = GREEDY, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [N, V] -> (token ids [N], confidence [N] in float32)."""
+    probs = torch.softmax(_filtered(logits, sampling), dim=-1)
+    if sampling.temperature == 0:
+        conf, tokens = probs.max(dim=-1)
+        return tokens, conf
+    tokens = torch.multinomial(probs, 1, generator=generator)
+    return tokens[:, 0], probs.gather(-1, tokens)[:, 0]
+
+
+def token_entropy(logits: torch.Tensor, sampling: Sampling = GREEDY) -> torch.Tensor:
+    """Entropy [N] of each position's (filtered) distribution; filtered-out tokens contribute nothing."""
+    log_probs = torch.log_softmax(_filtered(logits, sampling), dim=-1)
+    terms = torch.where(torch.isfinite(log_probs), log_probs.exp() * log_probs, torch.zeros_like(log_probs))
+    return -terms.sum(dim=-1)
+
+
+def masked_confidence(conf: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    """Confidence where a position may be unmasked, -inf elsewhere."""
+    return torch.where(candidates, conf, torch.full_like(conf, float("-inf")))
+
+
+def above_threshold(conf: torch.Tensor, candidates: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Every candidate with confidence strictly above ``threshold``, and always the most confident one."""
+    scores = masked_confidence(conf, candidates)
+    chosen = scores > threshold
+    chosen[scores.argmax()] = True
+    return chosen & candidates
+
+
+def most_confident(conf: torch.Tensor, candidates: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` most confident candidates (fewer if there are fewer candidates)."""
+    scores = masked_confidence(conf, candidates)
+    chosen = torch.zeros_like(candidates)
+    chosen[torch.topk(scores, min(count, scores.numel())).indices] = True
+    return chosen & candidates
