@@ -71,8 +71,8 @@ class AsrConfig:
     """Greedy decoding: tiny.en gains little from a beam and each pass is on the critical path."""
     no_speech_threshold: float = 0.6
     """Reject a pass whose no-speech probability is above this."""
-    phantom_max_no_speech: float = 0.1
-    phantom_min_logprob: float = -0.5
+    phantom_max_no_speech: float = 0.3
+    phantom_min_logprob: float = -0.6
     """A phantom phrase survives only with no-speech prob below and average log-prob above these."""
     min_audio_ms: int = 300
     """Shorter turns are rejected without running Whisper."""

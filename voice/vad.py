@@ -4,7 +4,11 @@ webrtcvad says speech / not speech per frame and flickers; the detector turns th
 speech starts only after ``min_speech_ms`` of consecutive speech (a click is not a turn), the audio from
 ``preroll_ms`` before that is handed over so the first syllable reaches ASR, a pause is announced early
 (``silence_started``, so the final ASR pass can run speculatively during the hangover), and the turn ends
-only after ``hangover_ms`` of silence. All times are audio times: the monotonic timestamps carried by the
+only after ``hangover_ms`` of silence.
+
+webrtcvad keeps saying "speech" for ~60-120 ms after speech stops (its own overhang). Latency is
+measured from the real end of speech, so when it finally reports silence, the end is moved back to
+where the signal energy actually fell away (10 ms resolution, never later than webrtcvad's own). All times are audio times: the monotonic timestamps carried by the
 frames, so file mode at any speed and live input give the same boundaries.
 """
 
@@ -22,6 +26,8 @@ from voice.audio import AudioFormatError, PcmFrame
 VAD_RATE = 16000
 FRAME_MS = 30
 FRAME_SAMPLES = VAD_RATE * FRAME_MS // 1000
+_END_LOOKBACK_FRAMES = 5
+_SUBFRAME = VAD_RATE // 100
 
 
 @dataclass(frozen=True)
@@ -30,8 +36,8 @@ class VadConfig:
 
     aggressiveness: int = 2
     """webrtcvad mode 0 (least aggressive about filtering out non-speech) to 3 (most)."""
-    min_speech_ms: int = 120
-    """Consecutive speech needed before a turn starts."""
+    min_speech_ms: int = 200
+    """Consecutive speech needed before a turn starts (webrtcvad stretches a 40 ms click to ~150 ms)."""
     hangover_ms: int = 300
     """Silence after speech that ends the turn."""
     preroll_ms: int = 300
@@ -42,6 +48,8 @@ class VadConfig:
     """Consecutive speech during the hangover that counts as the person resuming."""
     max_turn_ms: int = 25_000
     """A turn is cut here: Whisper sees at most 30 s at once."""
+    end_drop_db: float = 30.0
+    """The real end of speech is the last 10 ms whose level is within this of the turn's loudest frame."""
 
     def __post_init__(self) -> None:
         if self.aggressiveness not in (0, 1, 2, 3):
@@ -94,10 +102,12 @@ class TurnDetector:
         self.config = config or VadConfig()
         self._vad = webrtcvad.Vad(self.config.aggressiveness)
         self._min_speech = _frames(self.config.min_speech_ms)
-        self._silence_start = _frames(self.config.silence_start_ms)
         self._resume = _frames(self.config.resume_ms)
         self._history: collections.deque[np.ndarray] = collections.deque(
             maxlen=_frames(self.config.preroll_ms) + self._min_speech
+        )
+        self._recent: collections.deque[tuple[float, np.ndarray]] = collections.deque(
+            maxlen=_END_LOOKBACK_FRAMES
         )
         self._pending = np.zeros(0, dtype=np.int16)
         self._pending_ts = 0.0
@@ -111,6 +121,8 @@ class TurnDetector:
         self._silent = 0  # consecutive silent frames while speaking
         self._silence_ts = 0.0  # where the current silence began
         self._turn_start = 0.0
+        self._peak_rms = 0.0  # loudest speech frame of the turn, the reference for the end of speech
+        self._recent.clear()  # the last frames before the current one, to place the end of speech
 
     @property
     def in_turn(self) -> bool:
@@ -147,10 +159,13 @@ class TurnDetector:
         events = [VadEvent(VadEventKind.AUDIO, ts, chunk)]
         if (end - self._turn_start) * 1000 >= self.config.max_turn_ms - 1e-6:
             return events + self.force_end(end)
+        if speech:
+            self._peak_rms = max(self._peak_rms, _rms(chunk))
         if self._state is _State.SPEAKING:
-            events += self._step_speaking(ts, speech)
+            events += self._step_speaking(ts, end, speech)
         else:
             events += self._step_trailing(ts, end, speech)
+        self._recent.append((ts, chunk))
         return events
 
     def _step_idle(self, chunk: np.ndarray, ts: float, speech: bool) -> list[VadEvent]:
@@ -168,17 +183,28 @@ class TurnDetector:
         self._history.clear()
         return [VadEvent(VadEventKind.SPEECH_STARTED, self._run_start, audio)]
 
-    def _step_speaking(self, ts: float, speech: bool) -> list[VadEvent]:
+    def _step_speaking(self, ts: float, end: float, speech: bool) -> list[VadEvent]:
         if speech:
             self._silent = 0
             return []
         if self._silent == 0:
-            self._silence_ts = ts
+            self._silence_ts = self._real_speech_end(ts)
         self._silent += 1
-        if self._silent < self._silence_start:
+        if (end - self._silence_ts) * 1000 < self.config.silence_start_ms - 1e-6:
             return []
         self._state, self._run = _State.TRAILING, 0
         return [VadEvent(VadEventKind.SILENCE_STARTED, self._silence_ts)]
+
+    def _real_speech_end(self, vad_end: float) -> float:
+        """Where the energy fell away in the frames webrtcvad still called speech (at most ``vad_end``)."""
+        if not self._recent or self._peak_rms == 0:
+            return vad_end
+        audio = np.concatenate([chunk for _, chunk in self._recent])
+        levels = [_rms(audio[i : i + _SUBFRAME]) for i in range(0, len(audio), _SUBFRAME)]
+        floor = self._peak_rms * 10 ** (-self.config.end_drop_db / 20)
+        loud = [i for i, level in enumerate(levels) if level >= floor]
+        start = self._recent[0][0]
+        return min(vad_end, start + (loud[-1] + 1 if loud else 0) * _SUBFRAME / VAD_RATE)
 
     def _step_trailing(self, ts: float, end: float, speech: bool) -> list[VadEvent]:
         if speech:
@@ -195,3 +221,7 @@ class TurnDetector:
             self._reset_turn()
             return [VadEvent(VadEventKind.TURN_ENDED, end, speech_end=speech_end)]
         return []
+
+
+def _rms(samples: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if len(samples) else 0.0
