@@ -1,0 +1,369 @@
+"""The OpenAI Realtime API wire format, apart from any transport.
+
+Both the ``/v1/realtime`` websocket and the WebRTC ``oai-events`` data channel speak it: client events are
+parsed and validated here (a bad one becomes an ``error`` event, never an exception that ends a session),
+and pipeline events are turned into the server events an existing Realtime client expects. Names follow
+the GA protocol (``response.output_audio.delta``, ``audio.input.format`` ...); the beta session fields
+(``input_audio_format: "pcm16"``) are accepted too.
+
+Extensions, ignored by standard clients: a transcription delta carries ``tentative`` (the words the
+recogniser may still change) and ``response.done`` carries ``trace`` (the turn's latency breakdown).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from voice.audio import AudioFormatError, Resampler, mulaw_decode, mulaw_encode, pcm_from_bytes
+from voice.events import (
+    AudioCleared,
+    AudioOut,
+    PipelineError,
+    PipelineEvent,
+    ReplyTextDelta,
+    ResponseDone,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptCompleted,
+    TranscriptDelta,
+)
+
+CLIENT_EVENTS = frozenset({
+    "session.update",
+    "input_audio_buffer.append",
+    "input_audio_buffer.commit",
+    "input_audio_buffer.clear",
+    "conversation.item.create",
+    "conversation.item.truncate",
+    "response.create",
+    "response.cancel",
+    "output_audio_buffer.clear",
+})
+
+MODEL_NAME = "dlm-voice"
+
+
+class ClientEventError(Exception):
+    """A client event the server refuses; becomes an ``error`` event and the session lives on."""
+
+    def __init__(self, message: str, code: str = "invalid_request", param: str | None = None,
+                 event_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.code, self.param, self.event_id = message, code, param, event_id
+
+
+# ---------------------------------------------------------------------------------------------- formats
+
+@dataclass(frozen=True)
+class AudioFormat:
+    """An audio format on the wire: 16-bit PCM (``audio/pcm``, 24 kHz in the protocol) or mu-law 8 kHz."""
+
+    kind: str  # "audio/pcm" | "audio/pcmu"
+    rate: int
+
+    def decode(self, data: bytes) -> np.ndarray:
+        try:
+            return mulaw_decode(data) if self.kind == "audio/pcmu" else pcm_from_bytes(data)
+        except AudioFormatError as err:
+            raise ClientEventError(str(err), code="invalid_audio", param="audio") from None
+
+    def encode(self, pcm: np.ndarray) -> bytes:
+        return mulaw_encode(pcm) if self.kind == "audio/pcmu" else pcm.astype("<i2").tobytes()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.kind, "rate": self.rate}
+
+
+PCM16_24K = AudioFormat("audio/pcm", 24000)
+PCMU_8K = AudioFormat("audio/pcmu", 8000)
+_BETA_FORMATS = {"pcm16": PCM16_24K, "g711_ulaw": PCMU_8K}
+
+
+def parse_audio_format(value: Any, param: str) -> AudioFormat:
+    """A GA ``{"type": "audio/pcm", "rate": 24000}`` object or a beta name (``"pcm16"``, ``"g711_ulaw"``)."""
+    if isinstance(value, str):
+        if value in _BETA_FORMATS:
+            return _BETA_FORMATS[value]
+        raise ClientEventError(f"unsupported audio format {value!r}; use 'pcm16' or 'g711_ulaw'",
+                               code="invalid_audio_format", param=param)
+    if not isinstance(value, dict):
+        raise ClientEventError("audio format must be an object like {'type': 'audio/pcm', 'rate': 24000}",
+                               code="invalid_audio_format", param=param)
+    kind, rate = value.get("type"), value.get("rate")
+    if kind == "audio/pcm" and rate in (None, 24000):
+        return PCM16_24K
+    if kind == "audio/pcmu" and rate in (None, 8000):
+        return PCMU_8K
+    raise ClientEventError(
+        f"unsupported audio format {value!r}; use audio/pcm at 24000 Hz or audio/pcmu at 8000 Hz",
+        code="invalid_audio_format", param=param)
+
+
+# ---------------------------------------------------------------------------------------------- session
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """What a client may set with ``session.update``; everything else in the session is fixed."""
+
+    id: str
+    input_format: AudioFormat = PCM16_24K
+    output_format: AudioFormat = PCM16_24K
+    instructions: str = ""
+    voice: str = "joe"
+    turn_detection: dict[str, Any] | None = field(default_factory=lambda: {"type": "server_vad"})
+
+    def to_json(self) -> dict[str, Any]:
+        """The GA session object sent in ``session.created`` / ``session.updated``."""
+        return {
+            "type": "realtime", "object": "realtime.session", "id": self.id, "model": MODEL_NAME,
+            "output_modalities": ["audio"], "instructions": self.instructions,
+            "audio": {
+                "input": {"format": self.input_format.to_json(), "turn_detection": self.turn_detection,
+                          "transcription": {"model": "whisper-tiny.en"}},
+                "output": {"format": self.output_format.to_json(), "voice": self.voice},
+            },
+        }
+
+
+def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
+    """Merge a ``session.update`` body into ``config``, refusing what this server cannot do."""
+    if not isinstance(session, dict):
+        raise ClientEventError("session.update needs a 'session' object", param="session")
+    changes: dict[str, Any] = {}
+    audio = session.get("audio") or {}
+    if not isinstance(audio, dict):
+        raise ClientEventError("session.audio must be an object", param="session.audio")
+    audio_in, audio_out = audio.get("input") or {}, audio.get("output") or {}
+    if "format" in audio_in:
+        changes["input_format"] = parse_audio_format(audio_in["format"], "session.audio.input.format")
+    if "input_audio_format" in session:
+        changes["input_format"] = parse_audio_format(session["input_audio_format"], "session.input_audio_format")
+    if "format" in audio_out:
+        changes["output_format"] = parse_audio_format(audio_out["format"], "session.audio.output.format")
+    if "output_audio_format" in session:
+        changes["output_format"] = parse_audio_format(session["output_audio_format"],
+                                                      "session.output_audio_format")
+    for key, value in (("instructions", session.get("instructions")),
+                       ("voice", audio_out.get("voice", session.get("voice")))):
+        if value is not None:
+            if not isinstance(value, str):
+                raise ClientEventError(f"session.{key} must be a string", param=f"session.{key}")
+            changes[key] = value
+    turn = audio_in["turn_detection"] if "turn_detection" in audio_in else session.get("turn_detection", ...)
+    if turn is not ...:
+        if turn is not None and not (isinstance(turn, dict) and turn.get("type") in ("server_vad", "semantic_vad")):
+            raise ClientEventError("turn_detection must be null or {'type': 'server_vad' | 'semantic_vad'}",
+                                   param="session.audio.input.turn_detection")
+        changes["turn_detection"] = turn
+    return replace(config, **changes)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+def parse_client_event(data: str | bytes, max_bytes: int) -> dict[str, Any]:
+    """Decode one client event, checking size, JSON, shape and that its type is one we know."""
+    if len(data) > max_bytes:
+        raise ClientEventError(f"event of {len(data)} bytes is over the limit of {max_bytes}",
+                               code="message_too_large")
+    try:
+        event = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ClientEventError(f"event is not valid JSON: {err}", code="invalid_json") from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise ClientEventError("an event must be a JSON object with a string 'type'", code="invalid_event")
+    event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+    if event["type"] not in CLIENT_EVENTS:
+        raise ClientEventError(f"unknown event type {event['type']!r}", code="unknown_event",
+                               param="type", event_id=event_id)
+    return event
+
+
+def decode_audio_append(event: dict[str, Any], fmt: AudioFormat) -> np.ndarray:
+    """The PCM of an ``input_audio_buffer.append`` (base64 ``audio`` in the session's input format)."""
+    audio = event.get("audio")
+    if not isinstance(audio, str):
+        raise ClientEventError("input_audio_buffer.append needs base64 'audio'", param="audio",
+                               event_id=event.get("event_id"))
+    try:
+        raw = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise ClientEventError("'audio' is not valid base64", code="invalid_audio", param="audio",
+                               event_id=event.get("event_id")) from None
+    return fmt.decode(raw)
+
+
+def user_text(event: dict[str, Any]) -> str:
+    """The text of a ``conversation.item.create`` user message (``input_text`` parts joined)."""
+    item = event.get("item")
+    if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") != "user":
+        raise ClientEventError("only user message items can be created", param="item",
+                               event_id=event.get("event_id"))
+    parts = item.get("content")
+    if not isinstance(parts, list):
+        raise ClientEventError("item.content must be a list", param="item.content",
+                               event_id=event.get("event_id"))
+    texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") in ("input_text", "text")]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ClientEventError("a user message needs at least one input_text part", param="item.content",
+                               event_id=event.get("event_id"))
+    return " ".join(texts)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+def error_event(event_id: str, message: str, code: str, error_type: str = "invalid_request_error",
+                param: str | None = None, client_event_id: str | None = None) -> dict[str, Any]:
+    return {"type": "error", "event_id": event_id,
+            "error": {"type": error_type, "code": code, "message": message, "param": param,
+                      "event_id": client_event_id}}
+
+
+class RealtimeEncoder:
+    """Turns one session's pipeline events into Realtime server events.
+
+    It keeps what the protocol needs across events: ids for the caller's items and the assistant's
+    responses, how much of the transcript was already sent as deltas, and a stateful resampler for the
+    audio deltas. ``audio_in_events`` is False for WebRTC, where audio travels on the media track and
+    the server owns the playback buffer (so it reports ``output_audio_buffer.cleared`` instead).
+    """
+
+    def __init__(self, config: SessionConfig, audio_in_events: bool, t0: float) -> None:
+        self.config = config
+        self.audio_in_events = audio_in_events
+        self._t0 = t0
+        self._ids = itertools.count(1)
+        self._speech_items = itertools.count(1)
+        self._speech_item = ""  # the item announced by the last speech_started
+        self._unclaimed_speech_item: str | None = None
+        self._turn_items: dict[int, str] = {}
+        self._sent_confirmed: dict[int, str] = {}
+        self._open_responses: set[int] = set()
+        self._resampler: Resampler | None = None
+
+    def event_id(self) -> str:
+        return f"event_{next(self._ids)}"
+
+    def event(self, type_: str, **fields: Any) -> dict[str, Any]:
+        return {"type": type_, "event_id": self.event_id(), **fields}
+
+    def error(self, err: ClientEventError) -> dict[str, Any]:
+        return error_event(self.event_id(), err.message, err.code, param=err.param, client_event_id=err.event_id)
+
+    @staticmethod
+    def response_id(turn_id: int) -> str:
+        return f"resp_{turn_id}"
+
+    @staticmethod
+    def output_item_id(turn_id: int) -> str:
+        return f"item_out_{turn_id}"
+
+    def input_item_id(self, turn_id: int) -> str:
+        """The caller item of a turn: the item announced at the last speech start, else one of its own."""
+        if turn_id not in self._turn_items:
+            self._turn_items[turn_id] = self._unclaimed_speech_item or f"item_in_turn_{turn_id}"
+            self._unclaimed_speech_item = None
+        return self._turn_items[turn_id]
+
+    def turn_of_item(self, item_id: str) -> int | None:
+        """The pipeline turn an item id belongs to (for ``conversation.item.truncate``)."""
+        for turn, item in self._turn_items.items():
+            if item_id in (item, self.output_item_id(turn)):
+                return turn
+        return None
+
+    def _ms(self, at: float) -> int:
+        return max(0, round(1000 * (at - self._t0)))
+
+    def encode(self, ev: PipelineEvent) -> list[dict[str, Any]]:
+        """The server events for one pipeline event (possibly none)."""
+        if isinstance(ev, SpeechStarted):
+            self._speech_item = self._unclaimed_speech_item = f"item_in_{next(self._speech_items)}"
+            return [self.event("input_audio_buffer.speech_started", audio_start_ms=self._ms(ev.at),
+                               item_id=self._speech_item)]
+        if isinstance(ev, SpeechStopped):
+            item = self._speech_item
+            return [self.event("input_audio_buffer.speech_stopped", audio_end_ms=self._ms(ev.at), item_id=item),
+                    self.event("input_audio_buffer.committed", item_id=item, previous_item_id=None)]
+        if isinstance(ev, TranscriptDelta):
+            return [self._transcript_delta(ev)]
+        if isinstance(ev, TranscriptCompleted):
+            return [self.event("conversation.item.input_audio_transcription.completed",
+                               item_id=self.input_item_id(ev.turn_id), content_index=0, transcript=ev.text)]
+        if isinstance(ev, ReplyTextDelta):
+            return [*self._open(ev.turn_id),
+                    self.event("response.output_audio_transcript.delta", **self._where(ev.turn_id), delta=ev.text)]
+        if isinstance(ev, AudioOut):
+            return [*self._open(ev.turn_id), *self._audio_delta(ev)]
+        if isinstance(ev, AudioCleared):
+            self._resampler = None
+            if self.audio_in_events:
+                return []
+            return [self.event("output_audio_buffer.cleared", response_id=self.response_id(ev.turn_id))]
+        if isinstance(ev, ResponseDone):
+            return self._done(ev)
+        if isinstance(ev, PipelineError):
+            return [error_event(self.event_id(), ev.message, ev.code, error_type="server_error")]
+        return []
+
+    def _transcript_delta(self, ev: TranscriptDelta) -> dict[str, Any]:
+        # Realtime deltas only ever append: send the newly confirmed words, and the unstable tail apart.
+        sent = self._sent_confirmed.get(ev.turn_id, "")
+        if ev.confirmed.startswith(sent):
+            delta = ev.confirmed[len(sent):]
+            self._sent_confirmed[ev.turn_id] = ev.confirmed
+        else:
+            delta = ""
+        return self.event("conversation.item.input_audio_transcription.delta",
+                          item_id=self.input_item_id(ev.turn_id), content_index=0, delta=delta,
+                          tentative=ev.tentative)
+
+    def _where(self, turn_id: int) -> dict[str, Any]:
+        return {"response_id": self.response_id(turn_id), "item_id": self.output_item_id(turn_id),
+                "output_index": 0, "content_index": 0}
+
+    def _response(self, turn_id: int, status: str, text: str = "") -> dict[str, Any]:
+        content = [{"type": "output_audio", "transcript": text}] if status != "in_progress" else []
+        return {"object": "realtime.response", "id": self.response_id(turn_id), "status": status,
+                "output": [{"id": self.output_item_id(turn_id), "type": "message", "role": "assistant",
+                            "status": status, "content": content}],
+                "conversation_id": self.config.id, "output_modalities": ["audio"], "usage": None}
+
+    def _open(self, turn_id: int) -> list[dict[str, Any]]:
+        if turn_id in self._open_responses:
+            return []
+        self._open_responses.add(turn_id)
+        return [self.event("response.created", response=self._response(turn_id, "in_progress"))]
+
+    def _audio_delta(self, ev: AudioOut) -> list[dict[str, Any]]:
+        if not self.audio_in_events:
+            return []
+        fmt = self.config.output_format
+        if self._resampler is None or self._resampler.out_rate != fmt.rate:
+            self._resampler = Resampler(ev.sample_rate, fmt.rate)
+        pcm = self._resampler.process(ev.pcm)
+        if len(pcm) == 0:
+            return []
+        return [self.event("response.output_audio.delta", **self._where(ev.turn_id),
+                           delta=base64.b64encode(fmt.encode(pcm)).decode("ascii"))]
+
+    def _done(self, ev: ResponseDone) -> list[dict[str, Any]]:
+        events = self._open(ev.turn_id)
+        if self.audio_in_events and self._resampler is not None and not ev.cancelled:
+            tail = self._resampler.flush()
+            if len(tail):
+                events.append(self.event("response.output_audio.delta", **self._where(ev.turn_id),
+                                         delta=base64.b64encode(self.config.output_format.encode(tail)).decode()))
+        self._resampler = None
+        self._open_responses.discard(ev.turn_id)
+        status = "cancelled" if ev.cancelled else "completed"
+        return [*events,
+                self.event("response.output_audio.done", **self._where(ev.turn_id)),
+                self.event("response.output_audio_transcript.done", **self._where(ev.turn_id), transcript=ev.text),
+                self.event("response.done", response=self._response(ev.turn_id, status, ev.text), trace=ev.trace)]

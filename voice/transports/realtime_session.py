@@ -1,0 +1,159 @@
+"""One Realtime protocol session over any message channel (the websocket, or WebRTC's ``oai-events``).
+
+The transport hands over each incoming message and a ``send`` coroutine; this class runs the
+conversation's event stream out through the :class:`RealtimeEncoder` and maps client events onto the
+:class:`~voice.events.Conversation` calls. A client mistake is answered with an ``error`` event and the
+session carries on. With WebRTC the assistant audio goes to a :class:`PlaybackSink` (the paced media
+track) instead of ``response.output_audio.delta`` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from voice.audio import AudioFormatError
+from voice.events import AudioCleared, AudioOut, PipelineEvent
+from voice.transports.realtime_events import (
+    ClientEventError,
+    RealtimeEncoder,
+    SessionConfig,
+    apply_session_update,
+    decode_audio_append,
+    error_event,
+    parse_client_event,
+    user_text,
+)
+from voice.transports.sessions import Session
+
+log = logging.getLogger(__name__)
+
+MAX_EVENT_BYTES = 1 << 20
+"""Largest client event accepted (1 MiB is ~22 s of 24 kHz PCM16 in base64)."""
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class PlaybackSink(Protocol):
+    """Where a transport that plays the audio itself (WebRTC) wants the assistant's audio."""
+
+    def write(self, turn_id: int, pcm: np.ndarray, sample_rate: int) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class RealtimeSession:
+    """Protocol logic for one session; the transport only moves messages."""
+
+    def __init__(self, session: Session, send: Send, sink: PlaybackSink | None = None,
+                 max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.session = session
+        self.conversation = session.conversation
+        self._send = send
+        self._sink = sink
+        self._max_event_bytes = max_event_bytes
+        self.encoder = RealtimeEncoder(SessionConfig(id=session.id), audio_in_events=sink is None,
+                                       t0=time.monotonic())
+        self._pending_text: list[str] = []
+        self._sent_samples: dict[int, int] = {}
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def config(self) -> SessionConfig:
+        return self.encoder.config
+
+    async def start(self) -> None:
+        """Announce the session and start forwarding pipeline events."""
+        await self._send(self.encoder.event("session.created", session=self.config.to_json()))
+        self._pump = asyncio.create_task(self._forward_events(), name=f"{self.session.id}-events")
+
+    async def stop(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+
+    async def handle(self, data: str | bytes) -> None:
+        """Act on one client message; every refusal becomes an ``error`` event."""
+        try:
+            event = parse_client_event(data, self._max_event_bytes)
+            await self._dispatch(event)
+        except ClientEventError as err:
+            await self._send(self.encoder.error(err))
+        except AudioFormatError as err:
+            await self._send(self.encoder.error(ClientEventError(str(err), code="invalid_audio")))
+        except Exception:  # the pipeline failed on this event: report it, keep the session
+            log.exception("%s: client event failed", self.session.id)
+            await self._send(error_event(self.encoder.event_id(), "internal error handling the event",
+                                         "server_error", error_type="server_error"))
+
+    async def _dispatch(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "input_audio_buffer.append":
+            pcm = decode_audio_append(event, self.config.input_format)
+            await self.conversation.push_audio(pcm, self.config.input_format.rate)
+        elif kind == "session.update":
+            try:
+                self.encoder.config = apply_session_update(self.config, event.get("session"))
+            except ClientEventError as err:
+                err.event_id = event.get("event_id")
+                raise
+            await self._send(self.encoder.event("session.updated", session=self.config.to_json()))
+        elif kind == "input_audio_buffer.commit":
+            await self.conversation.commit_turn()
+        elif kind == "input_audio_buffer.clear":
+            await self.conversation.clear_input()
+            await self._send(self.encoder.event("input_audio_buffer.cleared"))
+        elif kind == "conversation.item.create":
+            text = user_text(event)
+            self._pending_text.append(text)
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+            await self._send(self.encoder.event("conversation.item.added", item=item))
+        elif kind == "response.create":
+            text = " ".join(self._pending_text) or None
+            self._pending_text.clear()
+            await self.conversation.respond(text)
+        elif kind in ("response.cancel", "output_audio_buffer.clear"):
+            await self.conversation.cancel_response()
+        elif kind == "conversation.item.truncate":
+            self._truncate(event)
+
+    def _truncate(self, event: dict[str, Any]) -> None:
+        """The client says how much of a reply it played: the pipeline keeps only that in its history."""
+        turn = self.encoder.turn_of_item(str(event.get("item_id")))
+        end_ms = event.get("audio_end_ms")
+        if turn is None:
+            raise ClientEventError(f"unknown item_id {event.get('item_id')!r}", param="item_id",
+                                   event_id=event.get("event_id"))
+        if not isinstance(end_ms, int) or end_ms < 0:
+            raise ClientEventError("audio_end_ms must be a non-negative integer", param="audio_end_ms",
+                                   event_id=event.get("event_id"))
+        samples = end_ms * self.conversation.output_rate // 1000
+        self.conversation.played(turn, min(samples, self._sent_samples.get(turn, samples)))
+
+    async def _forward_events(self) -> None:
+        try:
+            async for ev in self.conversation.events():
+                self._route_audio(ev)
+                for out in self.encoder.encode(ev):
+                    await self._send(out)
+        except (ConnectionError, RuntimeError) as err:  # the channel went away; the transport closes us
+            log.info("%s: event stream ended: %s", self.session.id, err)
+
+    def _route_audio(self, ev: PipelineEvent) -> None:
+        if isinstance(ev, AudioOut):
+            if self._sink is not None:
+                self._sink.write(ev.turn_id, ev.pcm, ev.sample_rate)
+            else:
+                # A websocket client plays what it receives; until it truncates, sent counts as played.
+                sent = self._sent_samples.get(ev.turn_id, 0) + len(ev.pcm)
+                self._sent_samples[ev.turn_id] = sent
+                self.conversation.played(ev.turn_id, sent)
+        elif isinstance(ev, AudioCleared) and self._sink is not None:
+            self._sink.clear()
