@@ -20,6 +20,7 @@ _SENTENCE_END = ".!?…"
 _CLAUSE_END = ",;:"
 _CLOSERS = "\"')]}”’»"
 _MARKDOWN = re.compile(r"[*_`#]+")
+_BULLET = re.compile(r"^\s*[-•]\s+")
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class ClauseChunker:
         return self._release(rest)
 
     def _release(self, text: str) -> list[str]:
-        clause = " ".join(_MARKDOWN.sub("", text).split())
+        clause = " ".join(_MARKDOWN.sub("", _BULLET.sub("", text)).split())
         if not any(ch.isalnum() for ch in clause):
             return []
         self._released += 1
