@@ -1,0 +1,114 @@
+"""`POST /v1/chat/completions`: validate, render the prompt, run `n` choices, answer as JSON or as SSE."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from dlm.api.chat_objects import CompletionIds, Usage, delta_choice, delta_json, message_choice
+from dlm.api.chat_request import ChatRequest, parse_chat_request
+from dlm.api.choice import ChoiceOutcome, run_choice
+from dlm.api.errors import APIError, bad_request
+from dlm.api.generation import GenerationSpec
+from dlm.api.limits import read_json
+from dlm.api.prompt import Prompt, build_prompt
+from dlm.api.sse import open_stream, send_done, send_event
+from dlm.api.state import STATE, ApiState
+from dlm.api.tool_calls import Delta, forced_call_schema
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    state: ApiState = request.app[STATE]
+    req = parse_chat_request(await read_json(request, state.limits.max_body_bytes), state.limits)
+    if req.model != state.model_name:
+        raise APIError(404, f"The model {req.model!r} does not exist; this server serves {state.model_name!r}",
+                       "model", "model_not_found")
+    with state.gate.slot():
+        prompt = build_prompt(state.tokenizer, req)
+        specs = _specs(state, req, prompt)
+        if req.stream:
+            return await _stream(request, state, req, prompt, specs)
+        return await _complete(state, req, prompt, specs)
+
+
+def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[GenerationSpec]:
+    n_prompt = len(prompt.ids)
+    if n_prompt > state.limits.max_prompt_tokens:
+        raise bad_request(f"the prompt has {n_prompt} tokens; the limit is {state.limits.max_prompt_tokens}",
+                          "messages", "context_length_exceeded")
+    room = state.context_length - n_prompt
+    max_tokens = req.max_tokens or min(state.limits.max_completion_tokens, room)
+    if max_tokens > room:
+        raise bad_request(f"the prompt ({n_prompt} tokens) plus max_tokens ({max_tokens}) exceeds the model's "
+                          f"context length ({state.context_length})", "max_tokens", "context_length_exceeded")
+    schema = req.json_schema
+    if req.tool_choice in ("required", "function"):
+        schema = forced_call_schema(req.tools, req.forced_tool)
+    return [
+        GenerationSpec(prompt_ids=prompt.ids, max_tokens=max_tokens, temperature=req.temperature,
+                       top_p=req.top_p, seed=None if req.seed is None else req.seed + i, effort=req.effort,
+                       schema=schema)
+        for i in range(req.n)
+    ]
+
+
+def _parses_tools(req: ChatRequest) -> bool:
+    return req.tool_choice == "auto" and req.json_schema is None
+
+
+async def _complete(state: ApiState, req: ChatRequest, prompt: Prompt,
+                    specs: list[GenerationSpec]) -> web.Response:
+    async def one(spec: GenerationSpec) -> tuple[list[Delta], ChoiceOutcome]:
+        collected: list[Delta] = []
+
+        async def emit(deltas: list[Delta]) -> None:
+            collected.extend(deltas)
+
+        outcome = await run_choice(state.generate(spec), req.stop, _parses_tools(req), prompt.forced_prefix, emit)
+        return collected, outcome
+
+    results = await _all(one(s) for s in specs)
+    usage = Usage(len(prompt.ids), sum(o.completion_tokens for _, o in results))
+    ids = CompletionIds(state.model_name)
+    choices = [message_choice(i, deltas, o.finish_reason) for i, (deltas, o) in enumerate(results)]
+    return web.json_response(ids.completion(choices, usage))
+
+
+async def _stream(request: web.Request, state: ApiState, req: ChatRequest, prompt: Prompt,
+                  specs: list[GenerationSpec]) -> web.StreamResponse:
+    ids = CompletionIds(state.model_name)
+    resp = await open_stream(request)
+
+    async def send(choice: dict[str, Any]) -> None:
+        await send_event(resp, ids.chunk([choice], include_usage=req.include_usage))
+
+    async def one(index: int, spec: GenerationSpec) -> ChoiceOutcome:
+        await send(delta_choice(index, {"role": "assistant", "content": ""}))
+
+        async def emit(deltas: list[Delta]) -> None:
+            for d in deltas:
+                await send(delta_choice(index, delta_json(d)))
+
+        outcome = await run_choice(state.generate(spec), req.stop, _parses_tools(req), prompt.forced_prefix, emit)
+        await send(delta_choice(index, {}, outcome.finish_reason))
+        return outcome
+
+    outcomes = await _all(one(i, s) for i, s in enumerate(specs))
+    if req.include_usage:
+        usage = Usage(len(prompt.ids), sum(o.completion_tokens for o in outcomes))
+        await send_event(resp, ids.chunk([], usage, include_usage=True))
+    await send_done(resp)
+    return resp
+
+
+async def _all(coros) -> list:
+    """Run the choices side by side; if one fails (or the client left), cancel the rest so their sessions end."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,301 @@
+"""Validate a /v1/chat/completions body into a :class:`ChatRequest`, or refuse it with a 400 naming the field.
+
+Parameters this server cannot honour (logprobs, penalties, images) are refused, not silently ignored: a client
+that asks for them would otherwise get an answer that looks right and is not.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dlm.api.errors import APIError, bad_request
+from dlm.api.limits import ApiLimits
+from dlm.constrained import CompiledSchema, SchemaError
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ACCEPTED_AND_IGNORED = {"user", "metadata", "store", "service_tier", "prediction", "safety_identifier",
+                         "prompt_cache_key"}
+_KNOWN = {
+    "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
+    "top_p", "stop", "seed", "n", "reasoning_effort", "tools", "tool_choice", "parallel_tool_calls",
+    "response_format", "logprobs", "top_logprobs", "logit_bias", "frequency_penalty", "presence_penalty",
+    "modalities",
+} | _ACCEPTED_AND_IGNORED
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: list[dict[str, Any]]  # normalised for the chat template: content is always a string
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = 1
+    effort: str | None = None  # the engine's low/medium/high
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "none"  # none, auto, required or function
+    forced_tool: str | None = None  # the function a named tool_choice forces
+    json_schema: dict[str, Any] | bool | None = None  # response_format, as the schema to enforce
+
+
+def parse_chat_request(body: dict[str, Any], limits: ApiLimits) -> ChatRequest:
+    unknown = sorted(set(body) - _KNOWN)
+    if unknown:
+        raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
+    _refuse_unsupported(body)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' is required and must be a string", "model")
+    stream = _bool(body, "stream", False)
+    include_usage = False
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
+        if not isinstance(options, dict):
+            raise bad_request("'stream_options' must be an object", "stream_options")
+        include_usage = _bool(options, "include_usage", False, "stream_options.include_usage")
+    tools = _tools(body.get("tools"))
+    tool_choice, forced = _tool_choice(body.get("tool_choice"), tools)
+    if tool_choice in ("required", "function"):  # forced calls are decoded under their parameter schemas
+        for i, spec in enumerate(tools):
+            if forced in (None, spec.name):
+                enforceable(spec.parameters, f"tools[{i}].function.parameters")
+    return ChatRequest(
+        model=model,
+        messages=_messages(body.get("messages")),
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens=_max_tokens(body, limits),
+        temperature=_number(body, "temperature", 0.0, 2.0),
+        top_p=_number(body, "top_p", 0.0, 1.0, low_open=True),
+        stop=_stop(body.get("stop")),
+        seed=_int(body, "seed"),
+        n=_n(body, limits),
+        effort=_effort(body.get("reasoning_effort")),
+        tools=tools,
+        tool_choice=tool_choice,
+        forced_tool=forced,
+        json_schema=_response_format(body.get("response_format")),
+    )
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    if body.get("logprobs") or body.get("top_logprobs"):
+        raise bad_request("logprobs are not supported by this server", "logprobs")
+    if body.get("logit_bias"):
+        raise bad_request("logit_bias is not supported by this server", "logit_bias")
+    for key in ("frequency_penalty", "presence_penalty"):
+        if body.get(key) not in (None, 0, 0.0):
+            raise bad_request(f"{key} is not supported by this server (only 0)", key)
+    modalities = body.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise bad_request("only the 'text' output modality is supported on this endpoint", "modalities")
+
+
+def _bool(obj: dict[str, Any], key: str, default: bool, param: str | None = None) -> bool:
+    value = obj.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad_request(f"'{param or key}' must be a boolean", param or key)
+    return value
+
+
+def _int(obj: dict[str, Any], key: str) -> int | None:
+    value = obj.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise bad_request(f"'{key}' must be an integer", key)
+    return value
+
+
+def _number(obj: dict[str, Any], key: str, low: float, high: float, low_open: bool = False) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise bad_request(f"'{key}' must be a number", key)
+    if value > high or value < low or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise bad_request(f"'{key}' must be in {bracket}{low:g}, {high:g}], got {value}", key)
+    return float(value)
+
+
+def _max_tokens(body: dict[str, Any], limits: ApiLimits) -> int | None:
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    value = _int(body, key)
+    if value is None:
+        return None
+    if not 1 <= value <= limits.max_completion_tokens:
+        raise bad_request(f"'{key}' must be between 1 and {limits.max_completion_tokens}, got {value}", key)
+    return value
+
+
+def _n(body: dict[str, Any], limits: ApiLimits) -> int:
+    value = _int(body, "n")
+    if value is None:
+        return 1
+    if not 1 <= value <= limits.max_n:
+        raise bad_request(f"'n' must be between 1 and {limits.max_n}, got {value}", "n")
+    return value
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
+        raise bad_request("'stop' must be a non-empty string or a list of up to 4 non-empty strings", "stop")
+    return tuple(stops)
+
+
+def _effort(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in EFFORTS:
+        raise bad_request(f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {value!r}",
+                          "reasoning_effort")
+    return EFFORTS[value]
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise bad_request("'messages' must be a non-empty array", "messages")
+    return [_message(m, f"messages[{i}]") for i, m in enumerate(value)]
+
+
+def _message(msg: Any, where: str) -> dict[str, Any]:
+    if not isinstance(msg, dict):
+        raise bad_request(f"{where} must be an object", where)
+    role = msg.get("role")
+    if role not in ROLES:
+        raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                           "content": _content(msg.get("content"), role, f"{where}.content")}
+    if role == "assistant" and msg.get("tool_calls"):
+        out["tool_calls"] = [_history_tool_call(c, f"{where}.tool_calls[{i}]")
+                             for i, c in enumerate(msg["tool_calls"])]
+    elif out["content"] is None:
+        raise bad_request(f"{where}.content is required for role {role!r}", f"{where}.content")
+    if role == "tool":
+        call_id = msg.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise bad_request(f"{where}.tool_call_id is required for role 'tool'", f"{where}.tool_call_id")
+        out["tool_call_id"] = call_id
+    if isinstance(msg.get("name"), str):
+        out["name"] = msg["name"]
+    return out
+
+
+def _content(value: Any, role: str, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for i, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request(f"{where}[{i}]: only text content parts are supported", f"{where}[{i}]")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise bad_request(f"{where} must be a string or an array of text parts", where)
+
+
+def _history_tool_call(call: Any, where: str) -> dict[str, Any]:
+    """A past tool call as chat templates render it: arguments as an object, not a JSON string."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise bad_request(f"{where} must be {{'type': 'function', 'function': {{'name': ...}}}}", where)
+    arguments = fn.get("arguments", "{}")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except json.JSONDecodeError:
+            raise bad_request(f"{where}.function.arguments is not valid JSON", f"{where}.function.arguments") from None
+    return {"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": arguments}}
+
+
+def _tools(value: Any) -> tuple[ToolSpec, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise bad_request("'tools' must be an array", "tools")
+    specs = []
+    for i, tool in enumerate(value):
+        where = f"tools[{i}]"
+        fn = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        if not isinstance(fn, dict):
+            raise bad_request(f"{where} must be {{'type': 'function', 'function': {{...}}}}", where)
+        name = fn.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise bad_request(f"{where}.function.name must match [A-Za-z0-9_-]{{1,64}}", f"{where}.function.name")
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise bad_request(f"{where}.function.parameters must be a JSON schema object",
+                              f"{where}.function.parameters")
+        specs.append(ToolSpec(name, str(fn.get("description") or ""), params))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise bad_request("tool names must be unique", "tools")
+    return tuple(specs)
+
+
+def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> tuple[str, str | None]:
+    if value is None:
+        return ("auto" if tools else "none"), None
+    if value in ("none", "auto", "required"):
+        if value != "none" and not tools:
+            raise bad_request(f"tool_choice {value!r} needs 'tools'", "tool_choice")
+        return value, None
+    name = value.get("function", {}).get("name") if isinstance(value, dict) else None
+    if not isinstance(name, str):
+        raise bad_request("'tool_choice' must be none, auto, required or {'type': 'function', 'function': "
+                          "{'name': ...}}", "tool_choice")
+    if name not in {t.name for t in tools}:
+        raise bad_request(f"tool_choice names function {name!r}, which is not in 'tools'", "tool_choice")
+    return "function", name
+
+
+def enforceable(schema: dict[str, Any] | bool, param: str) -> None:
+    """Refuse a schema the constrained decoder cannot enforce, before any decoding starts."""
+    try:
+        CompiledSchema(schema)
+    except SchemaError as exc:
+        raise bad_request(f"{param}: {exc}", param) from None
+
+
+def _response_format(value: Any) -> dict[str, Any] | bool | None:
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise bad_request("response_format.json_schema must be an object with a 'name'",
+                              "response_format.json_schema")
+        schema = spec.get("schema", {})
+        if not isinstance(schema, (dict, bool)):
+            raise bad_request("response_format.json_schema.schema must be a JSON schema object",
+                              "response_format.json_schema.schema")
+        enforceable(schema, "response_format.json_schema.schema")
+        return schema
+    raise APIError(400, "response_format.type must be text, json_object or json_schema", "response_format.type")

@@ -1,0 +1,66 @@
+"""One choice of a chat completion: engine text pieces -> stop strings -> tool-call parsing -> deltas.
+
+Streaming and non-streaming responses both run this; they differ only in what `emit` does with the deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from dlm.api.generation import TextPiece
+from dlm.api.stop_strings import StopMatcher
+from dlm.api.tool_calls import ContentDelta, Delta, ToolCallStream
+
+Emit = Callable[[list[Delta]], Awaitable[None]]
+
+
+@dataclass
+class ChoiceOutcome:
+    finish_reason: str  # stop, length or tool_calls
+    completion_tokens: int
+
+
+async def run_choice(pieces: AsyncIterator[TextPiece], stops: tuple[str, ...], parse_tools: bool,
+                     forced_prefix: str, emit: Emit) -> ChoiceOutcome:
+    """Drain `pieces` into `emit`; closing the generator on the way out frees the engine session."""
+    matcher = StopMatcher(stops)
+    parser = ToolCallStream() if parse_tools or forced_prefix else None
+
+    def deltas(text: str) -> list[Delta]:
+        if parser is None:
+            return [ContentDelta(text)] if text else []
+        return _merge(parser.feed(text)) if text else []
+
+    tokens, finish = 0, "stop"
+    if forced_prefix:
+        await emit(deltas(forced_prefix))
+    async with aclosing(pieces):
+        async for piece in pieces:
+            tokens += piece.tokens
+            if piece.finish_reason:
+                finish = piece.finish_reason
+            out = deltas(matcher.feed(piece.text))
+            if out:
+                await emit(out)
+            if matcher.stopped:
+                finish = "stop"
+                break
+    tail = deltas(matcher.flush()) + (_merge(parser.finish()) if parser else [])
+    if tail:
+        await emit(tail)
+    if parser is not None and parser.calls:
+        finish = "tool_calls"
+    return ChoiceOutcome(finish, tokens)
+
+
+def _merge(deltas: list[Delta]) -> list[Delta]:
+    """Adjacent content deltas as one, so a block of text becomes one chunk."""
+    out: list[Delta] = []
+    for d in deltas:
+        if out and isinstance(d, ContentDelta) and isinstance(out[-1], ContentDelta):
+            out[-1] = ContentDelta(out[-1].text + d.text)
+        else:
+            out.append(d)
+    return out

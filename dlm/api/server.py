@@ -1,0 +1,83 @@
+"""The OpenAI-compatible HTTP server: `create_app` for a standalone app, `add_openai_routes` to mount the
+same routes on an existing aiohttp app (the voice server does), and `main` for `python -m dlm serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+
+from dlm.api.chat import chat_completions
+from dlm.api.errors import APIError, error_middleware
+from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
+from dlm.api.state import STATE, ApiState
+
+_CREATED = int(time.time())
+
+
+def add_openai_routes(app: web.Application, engine: Any, model_name: str, limits: ApiLimits | None = None,
+                      api_key: str | None = None) -> ApiState:
+    """Mount /v1/models and /v1/chat/completions on `app` (before it starts); returns the shared state."""
+    state = ApiState(engine, engine.model, engine.tokenizer, model_name, limits or ApiLimits())
+    app[STATE] = state
+    if error_middleware not in app.middlewares:
+        app.middlewares.append(error_middleware)
+    if api_key:
+        app.middlewares.append(bearer_auth_middleware(api_key))
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model}", get_model)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    return state
+
+
+def create_app(engine: Any, model_name: str, limits: ApiLimits | None = None,
+               api_key: str | None = None) -> web.Application:
+    app = web.Application()
+    add_openai_routes(app, engine, model_name, limits, api_key)
+    return app
+
+
+def _model_object(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": _CREATED, "owned_by": "dlm"}
+
+
+async def list_models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [_model_object(request.app[STATE].model_name)]})
+
+
+async def get_model(request: web.Request) -> web.Response:
+    name = request.match_info["model"]
+    if name != request.app[STATE].model_name:
+        raise APIError(404, f"The model {name!r} does not exist", "model", "model_not_found")
+    return web.json_response(_model_object(name))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dlm serve", description="OpenAI-compatible API on a diffusion LM")
+    p.add_argument("--model", required=True, help="checkpoint directory")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--model-name", help="the id clients send as 'model' (default: the directory name)")
+    p.add_argument("--api-key", default=os.environ.get("DLM_API_KEY"),
+                   help="bearer token clients must send (required off loopback; default $DLM_API_KEY)")
+    p.add_argument("--max-concurrent", type=int, default=ApiLimits.max_concurrent)
+    p.add_argument("--max-prompt-tokens", type=int, default=ApiLimits.max_prompt_tokens)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    check_bind(args.host, args.api_key)
+    from dlm.engine import Engine  # the engine pulls in torch: only when actually serving
+
+    engine = Engine.from_dir(args.model, args.dtype)
+    name = args.model_name or os.path.basename(os.path.normpath(args.model))
+    limits = ApiLimits(max_concurrent=args.max_concurrent, max_prompt_tokens=args.max_prompt_tokens)
+    app = create_app(engine, name, limits, args.api_key)
+    print(f"serving {name!r} on http://{args.host}:{args.port}/v1", flush=True)
+    web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)
