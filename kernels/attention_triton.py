@@ -193,6 +193,7 @@ def block_attention(
     k_block: torch.Tensor | None,
     v_block: torch.Tensor | None,
     scale: float,
+    out: torch.Tensor | None = None,
     splits: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
@@ -234,7 +235,7 @@ def block_attention(
         h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, scale * LOG2E, D,
         HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **_dot_options(q),
     )  # fmt: skip
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     _block_combine_kernel[(B * h_kv, m_tiles)](
         o_part, m_part, l_part, out, out.stride(0), out.stride(1), out.stride(2),
         h_kv, n_rows, group, total_splits, D,
@@ -250,6 +251,7 @@ def block_causal_attention(
     block_size: int,
     q_offset: int,
     scale: float,
+    out: torch.Tensor | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
@@ -260,7 +262,7 @@ def block_causal_attention(
     block_m = block_m or (64 if cuda else 32)
     block_n = block_n or (64 if cuda else 32)
     block_d = max(16, triton.next_power_of_2(D))
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     _block_causal_kernel[(triton.cdiv(n_q, block_m), B * h_q)](
         q, *q.stride()[:3], k, *k.stride()[:3], v, *v.stride()[:3], out, *out.stride()[:3],
         h_q, h_q // k.shape[2], n_q, k.shape[1], q_offset, block_size, scale * LOG2E, D,

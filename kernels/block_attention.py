@@ -39,6 +39,17 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str) -
         raise ValueError(f"{name}: q, k, v must be on one device")
 
 
+def _check_out(out: torch.Tensor | None, q: torch.Tensor) -> None:
+    if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device):
+        raise ValueError(f"out must match q: {tuple(q.shape)} {q.dtype} {q.device}")
+    if out is not None and out.stride(-1) != 1:
+        raise ValueError("out must have a contiguous last dimension")
+
+
+def _into(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    return result if out is None else out.copy_(result)
+
+
 def _lengths(cache_len: int | torch.Tensor, batch: int, capacity: int, device: torch.device) -> torch.Tensor:
     """Per-batch valid cache lengths as an int32 device tensor (no host sync for tensor input)."""
     if isinstance(cache_len, torch.Tensor):
@@ -59,6 +70,7 @@ def block_attention(
     v_block: torch.Tensor | None = None,
     scale: float | None = None,
     *,
+    out: torch.Tensor | None = None,
     path: str = "auto",
 ) -> torch.Tensor:
     """Attention of a block's queries over the cached prefix plus the block itself.
@@ -69,7 +81,8 @@ def block_attention(
     ``[B, Nb, Hkv, D]`` or are already written into the cache just below ``cache_len`` (then
     pass ``cache_len`` = prefix + block and no block tensors; this avoids a concat on the torch
     path). No mask inside the block: it is bidirectional. ``scale`` defaults to ``1/sqrt(D)``.
-    Returns ``[B, Nq, Hq, D]`` in q's dtype. There must be at least one key.
+    Returns ``[B, Nq, Hq, D]`` in q's dtype (written into ``out`` when given, e.g. a static
+    buffer under CUDA graphs). There must be at least one key.
     """
     _check_heads(q, k_cache, v_cache, "block_attention")
     if (k_block is None) != (v_block is None):
@@ -78,16 +91,17 @@ def block_attention(
         _check_heads(q, k_block, v_block, "block_attention (block K/V)")
     if k_block is None and isinstance(cache_len, int) and cache_len == 0:
         raise ValueError("block_attention: no keys (cache_len is 0 and no block K/V)")
+    _check_out(out, q)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if kernel_path(path, q.device) == "torch":
-        return reference.block_attention_ref(q, k_cache, v_cache, cache_len, k_block, v_block, scale)
+        return _into(reference.block_attention_ref(q, k_cache, v_cache, cache_len, k_block, v_block, scale), out)
     from kernels import attention_triton
 
     batched = q.dim() == 4
-    args = [t if batched or t is None else t.unsqueeze(0) for t in (q, k_cache, v_cache, k_block, v_block)]
+    args = [t if batched or t is None else t.unsqueeze(0) for t in (q, k_cache, v_cache, k_block, v_block, out)]
     lengths = _lengths(cache_len, args[0].shape[0], args[1].shape[1], q.device)
-    out = attention_triton.block_attention(*args[:3], lengths, *args[3:], scale)
-    return out if batched else out[0]
+    result = attention_triton.block_attention(*args[:3], lengths, *args[3:5], scale, out=args[5])
+    return result if batched else result[0]
 
 
 def block_causal_attention(
@@ -98,6 +112,7 @@ def block_causal_attention(
     q_offset: int = 0,
     scale: float | None = None,
     *,
+    out: torch.Tensor | None = None,
     path: str = "auto",
 ) -> torch.Tensor:
     """Block-causal (prefill) attention: query i sees key j iff ``j // block_size <= (q_offset + i) // block_size``.
@@ -111,12 +126,13 @@ def block_causal_attention(
         raise ValueError(f"block_causal_attention: need block_size >= 1 and q_offset >= 0, got {block_size}, {q_offset}")
     if q_offset >= k.shape[-3]:
         raise ValueError(f"block_causal_attention: q_offset {q_offset} leaves no keys (Tk={k.shape[-3]})")
+    _check_out(out, q)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if kernel_path(path, q.device) == "torch":
-        return reference.block_causal_attention_ref(q, k, v, block_size, q_offset, scale)
+        return _into(reference.block_causal_attention_ref(q, k, v, block_size, q_offset, scale), out)
     from kernels import attention_triton
 
     batched = q.dim() == 4
-    q4, k4, v4 = (t if batched else t.unsqueeze(0) for t in (q, k, v))
-    out = attention_triton.block_causal_attention(q4, k4, v4, block_size, q_offset, scale)
-    return out if batched else out[0]
+    q4, k4, v4, o4 = (t if batched or t is None else t.unsqueeze(0) for t in (q, k, v, out))
+    result = attention_triton.block_causal_attention(q4, k4, v4, block_size, q_offset, scale, out=o4)
+    return result if batched else result[0]

@@ -62,6 +62,7 @@ def confidence_and_token(
     generator_seed: int | torch.Tensor | None = None,
     masked: torch.Tensor | None = None,
     *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
     path: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Chosen token and its softmax probability per position, without committing anything.
@@ -69,18 +70,29 @@ def confidence_and_token(
     ``logits`` is ``[N, V]`` or ``[B, N, V]``; returns ``(conf fp32, token int64)`` of shape
     ``logits.shape[:-1]``. Positions with ``masked`` False get ``-inf`` / ``-1`` (and cost no
     work on the Triton path). For strategies that rank positions themselves (top-k per step).
+    ``out`` optionally names contiguous ``(conf, token)`` buffers to write into.
     """
     _check_block(logits, masked, None)
+    lead = tuple(logits.shape[:-1])
+    if out is not None and not (
+        out[0].shape == lead and out[0].dtype == torch.float32 and out[0].is_contiguous()
+        and out[1].shape == lead and out[1].dtype == torch.int64 and out[1].is_contiguous()
+    ):  # fmt: skip
+        raise ValueError(f"out must be contiguous (fp32, int64) tensors of shape {lead}")
     seed = _seed(generator_seed, temperature)
     if kernel_path(path, logits.device) == "torch":
-        return reference.confidence_and_token_ref(logits, temperature, _ref_seed(seed), masked)
+        conf, token = reference.confidence_and_token_ref(logits, temperature, _ref_seed(seed), masked)
+        if out is None:
+            return conf, token
+        return out[0].copy_(conf), out[1].copy_(token)
     from kernels import confidence_triton
 
     batched = logits.dim() == 3
     lg = logits if batched else logits.unsqueeze(0)
     mk = None if masked is None else (masked if batched else masked.unsqueeze(0))
+    bufs = None if out is None else tuple(t if batched else t.unsqueeze(0) for t in out)
     conf, token, _ = confidence_triton.confidence_select(
-        lg, mk, None, 0.0, temperature, _triton_seed(seed, logits.device)
+        lg, mk, None, 0.0, temperature, _triton_seed(seed, logits.device), out=bufs
     )
     return (conf, token) if batched else (conf[0], token[0])
 

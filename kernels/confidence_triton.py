@@ -150,13 +150,15 @@ def confidence_select(
     threshold: float,
     temperature: float,
     seed: torch.Tensor | None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
     block_v: int | None = None,
     splits: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch both stages on batched ``[B, N, V]`` logits; commits in place when ``ids`` is given.
 
     Returns ``(conf [B, N] fp32, token [B, N] int64, count [B] int64 or None)``. ``seed`` is a
-    1-element int64 device tensor (so CUDA graphs can change it between replays).
+    1-element int64 device tensor (so CUDA graphs can change it between replays); ``out`` are
+    optional contiguous ``[B, N]`` buffers for conf and token.
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:
@@ -185,8 +187,10 @@ def confidence_select(
         HAS_MASK=has_mask, NOISE=noise, BLOCK_V=block_v,
         num_warps=8 if block_v >= 2048 else 4,
     )  # fmt: skip
-    conf = torch.empty(B, N, **f32)
-    token = torch.empty(B, N, dtype=torch.int64, device=device)
+    if out is None:
+        conf, token = torch.empty(B, N, **f32), torch.empty(B, N, dtype=torch.int64, device=device)
+    else:
+        conf, token = out
     commit = ids is not None
     count = torch.empty(B, dtype=torch.int64, device=device) if commit else None
     _select_kernel[(B,)](

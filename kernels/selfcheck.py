@@ -1,0 +1,213 @@
+"""Kernel-vs-reference checks on fresh random inputs, shared by the CPU tests and the GPU check.
+
+Each ``check_*`` builds inputs for one shape, runs the Triton kernel (tile sizes and split
+counts can be forced, so the CPU interpreter covers multi-tile and multi-split merges), poisons
+every output buffer and every cache slot the kernel must ignore, and raises ``AssertionError``
+with the worst deviation when the kernel and its reference disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels import reference
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+# Attention outputs carry the input dtype's rounding; the oracle is the fp32 reference.
+ATTENTION_TOL = {
+    torch.float32: Tolerance(2e-5, 1e-4),
+    torch.float16: Tolerance(4e-3, 4e-3),
+    torch.bfloat16: Tolerance(3e-2, 2e-2),
+}
+# Confidences are computed in fp32 from upcast logits for every input dtype, so one tolerance.
+CONFIDENCE_TOL = Tolerance(1e-6, 1e-4)
+_NOISE_TIE = 1e-4  # Gumbel scores this close may order differently under different exp/log
+
+
+def _assert_close(got: torch.Tensor, want: torch.Tensor, tol: Tolerance, what: str) -> None:
+    got, want = got.float(), want.float()
+    if not torch.isfinite(got).all():
+        raise AssertionError(f"{what}: non-finite values in the output (poison left behind?)")
+    err = (got - want).abs()
+    bound = tol.atol + tol.rtol * want.abs()
+    if (err > bound).any():
+        worst = int((err - bound).argmax())
+        raise AssertionError(
+            f"{what}: max |error| {err.max().item():.3g} over tolerance (atol {tol.atol}, rtol {tol.rtol}); "
+            f"worst element {worst}: got {got.flatten()[worst].item():.6g}, want {want.flatten()[worst].item():.6g}"
+        )
+
+
+def make_logits(
+    batch: int, n: int, vocab: int, dtype: torch.dtype, device: str, gen: torch.Generator, ties: bool
+) -> torch.Tensor:
+    """Random logits; with ``ties`` every row's maximum appears twice (a low and a high index)
+    and the last row repeats the first, so both argmax and fallback ties are exercised."""
+    logits = torch.randn(batch, n, vocab, generator=gen) * 4.0
+    if ties:
+        lo = torch.randint(0, max(1, vocab // 2), (batch, n), generator=gen)
+        hi = torch.randint(vocab // 2, vocab, (batch, n), generator=gen)
+        top = logits.amax(-1) + 1.0
+        logits.scatter_(-1, lo[..., None], top[..., None])
+        logits.scatter_(-1, hi[..., None], top[..., None])
+        if n > 1:
+            logits[:, -1] = logits[:, 0]
+    return logits.to(dtype=dtype, device=device)
+
+
+def check_confidence(
+    n: int,
+    vocab: int,
+    dtype: torch.dtype,
+    device: str = "cpu",
+    *,
+    batch: int = 1,
+    temperature: float = 0.0,
+    masked_fraction: float = 0.5,
+    ties: bool = False,
+    force_fallback: bool = False,
+    seed: int = 0,
+    block_v: int | None = None,
+    splits: int | None = None,
+) -> None:
+    """Triton ``confidence_select`` against ``confidence_and_token_ref`` and ``commit_ref``."""
+    from kernels import confidence_triton
+
+    gen = torch.Generator().manual_seed(seed)
+    logits = make_logits(batch, n, vocab, dtype, device, gen, ties)
+    masked = (torch.rand(batch, n, generator=gen) < masked_fraction).to(device)
+    garbage = torch.randint(-(2**40), 2**40, (batch, n), generator=gen).to(device)
+    noise_seed = int(torch.randint(0, 2**31 - 1, (), generator=gen))
+    seed_t = torch.tensor([noise_seed], dtype=torch.int64, device=device)
+
+    conf_r, tok_r = reference.confidence_and_token_ref(logits, temperature, noise_seed, masked)
+    out = (torch.full((batch, n), float("nan"), device=device), garbage.clone())
+    conf_k, tok_k, _ = confidence_triton.confidence_select(
+        logits, masked, None, 0.0, temperature, seed_t, out=out, block_v=block_v, splits=splits
+    )
+    if conf_k.data_ptr() != out[0].data_ptr() or tok_k.data_ptr() != out[1].data_ptr():
+        raise AssertionError("confidence_select did not write into the given out buffers")
+    if not torch.equal(tok_k[~masked], tok_r[~masked]) or not bool((conf_k[~masked] == float("-inf")).all()):
+        raise AssertionError("unmasked positions must report token -1 and confidence -inf")
+    _assert_close(conf_k[masked], conf_r[masked], CONFIDENCE_TOL, "confidence")
+    differ = masked & (tok_k != tok_r)
+    if differ.any():
+        if temperature == 0.0:
+            raise AssertionError(f"argmax differs at {differ.nonzero().tolist()}: {tok_k[differ]} vs {tok_r[differ]}")
+        flat = logits.float().reshape(-1, vocab)
+        score = flat / temperature + reference.gumbel_noise(noise_seed, flat.shape[0], vocab, flat.device)
+        rows = differ.reshape(-1).nonzero()[:, 0]
+        gap = score[rows, tok_r.reshape(-1)[rows]] - score[rows, tok_k.reshape(-1)[rows]]
+        if (gap.abs() > _NOISE_TIE).any():
+            raise AssertionError(f"Gumbel sample differs beyond rounding: score gaps {gap.tolist()}")
+
+    threshold = 2.0 if force_fallback else float(conf_r[masked].median()) if masked.any() else 0.5
+    ids_k, masked_k = garbage.clone(), masked.clone()
+    _, _, count_k = confidence_triton.confidence_select(
+        logits, masked_k, ids_k, threshold, temperature, seed_t, block_v=block_v, splits=splits
+    )
+    ids_w, masked_w = garbage.clone(), masked.clone()
+    _, _, count_w = reference.commit_ref(conf_k, tok_k, masked_w, ids_w, threshold)
+    if not (torch.equal(ids_k, ids_w) and torch.equal(masked_k, masked_w) and torch.equal(count_k, count_w)):
+        raise AssertionError(
+            f"commit step differs from commit_ref: ids {ids_k.tolist()} vs {ids_w.tolist()}, "
+            f"masked {masked_k.tolist()} vs {masked_w.tolist()}, count {count_k.tolist()} vs {count_w.tolist()}"
+        )
+    if bool((count_k != masked.sum(-1).clamp(max=1)).any()) and force_fallback:
+        raise AssertionError(f"forced fallback must commit exactly one per block with a mask: {count_k.tolist()}")
+
+
+def _fp32_oracle(fn, *args: object, **kwargs: object) -> torch.Tensor:
+    """The reference evaluated on fp32 copies: the truth both dtypes' kernels are measured against."""
+    return fn(*(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args), **kwargs)
+
+
+def check_block_attention(
+    n_q: int,
+    h_q: int,
+    h_kv: int,
+    head_dim: int,
+    capacity: int,
+    cache_len: int,
+    dtype: torch.dtype,
+    device: str = "cpu",
+    *,
+    batch: int = 1,
+    with_block: bool = True,
+    tensor_len: bool = False,
+    seed: int = 0,
+    splits: int | None = None,
+    block_n: int | None = None,
+) -> None:
+    """Triton ``block_attention`` against the fp32 SDPA reference; cache slots past ``cache_len`` are NaN."""
+    from kernels import attention_triton
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype=dtype, device=device)
+
+    q = rand(batch, n_q, h_q, head_dim)
+    k_cache, v_cache = rand(batch, capacity, h_kv, head_dim), rand(batch, capacity, h_kv, head_dim)
+    k_block = rand(batch, n_q, h_kv, head_dim) if with_block else None
+    v_block = rand(batch, n_q, h_kv, head_dim) if with_block else None
+    want = _fp32_oracle(
+        reference.block_attention_ref, q, k_cache[:, :cache_len], v_cache[:, :cache_len], cache_len, k_block, v_block
+    )
+    k_cache[:, cache_len:] = float("nan")
+    v_cache[:, cache_len:] = float("nan")
+    lengths = torch.full((batch,), cache_len, dtype=torch.int32, device=device)
+    out = torch.full_like(q, float("nan"))
+    scale = head_dim**-0.5
+    got = attention_triton.block_attention(
+        q, k_cache, v_cache, lengths, k_block, v_block, scale, out=out, splits=splits, block_n=block_n
+    )
+    if got.data_ptr() != out.data_ptr():
+        raise AssertionError("block_attention did not write into the given out buffer")
+    _assert_close(got, want, ATTENTION_TOL[dtype], f"block_attention {dtype}")
+    if tensor_len:  # the public API with a device-tensor length (the CUDA-graph form) agrees too
+        from kernels.block_attention import block_attention
+
+        again = block_attention(q, k_cache, v_cache, lengths[:1], k_block, v_block, path="triton")
+        _assert_close(again, want, ATTENTION_TOL[dtype], f"block_attention {dtype} (tensor cache_len)")
+
+
+def check_block_causal(
+    n_q: int,
+    n_k: int,
+    h_q: int,
+    h_kv: int,
+    head_dim: int,
+    block_size: int,
+    dtype: torch.dtype,
+    device: str = "cpu",
+    *,
+    batch: int = 1,
+    seed: int = 0,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> None:
+    """Triton block-causal prefill (queries are the last ``n_q`` of ``n_k`` positions) vs the fp32 reference."""
+    from kernels import attention_triton
+
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, n_q, h_q, head_dim, generator=gen).to(dtype=dtype, device=device)
+    k = torch.randn(batch, n_k, h_kv, head_dim, generator=gen).to(dtype=dtype, device=device)
+    v = torch.randn(batch, n_k, h_kv, head_dim, generator=gen).to(dtype=dtype, device=device)
+    q_offset = n_k - n_q
+    want = _fp32_oracle(reference.block_causal_attention_ref, q, k, v, block_size=block_size, q_offset=q_offset)
+    out = torch.full_like(q, float("nan"))
+    got = attention_triton.block_causal_attention(
+        q, k, v, block_size, q_offset, head_dim**-0.5, out=out, block_m=block_m, block_n=block_n
+    )
+    if got.data_ptr() != out.data_ptr():
+        raise AssertionError("block_causal_attention did not write into the given out buffer")
+    _assert_close(got, want, ATTENTION_TOL[dtype], f"block_causal_attention {dtype} block {block_size}")

@@ -1,0 +1,88 @@
+"""Block attention and block-causal prefill: Triton (interpreter) against fp32 SDPA."""
+
+import pytest
+import torch
+
+from kernels import block_attention, block_causal_attention, reference
+from kernels.selfcheck import check_block_attention, check_block_causal
+
+pytest.importorskip("triton")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("n_q", "h_q", "h_kv", "head_dim", "capacity", "cache_len", "splits"),
+    [
+        (16, 4, 2, 64, 200, 131, 3),  # GQA 2, cache length not a tile multiple, several splits
+        (7, 2, 2, 32, 64, 0, 2),  # empty prefix: the block attends only itself
+        (1, 8, 2, 16, 50, 50, 1),  # a single query, full cache, GQA 4
+    ],
+)
+def test_block_attention_with_block_kv(dtype, n_q, h_q, h_kv, head_dim, capacity, cache_len, splits):
+    check_block_attention(n_q, h_q, h_kv, head_dim, capacity, cache_len, dtype, splits=splits, seed=cache_len)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_attention_block_already_in_cache(dtype):
+    check_block_attention(16, 4, 1, 32, 96, 77, dtype, batch=2, with_block=False, tensor_len=True, splits=4)
+
+
+def test_block_attention_many_rows_use_several_tiles():
+    # 24 queries x group 4 = 96 rows: more than one 64-row tile per KV head.
+    check_block_attention(24, 8, 2, 16, 40, 33, torch.float32, splits=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("n_q", "n_k", "h_q", "h_kv", "head_dim", "block_size"),
+    [
+        (45, 45, 4, 2, 32, 4),  # whole prompt, block 4, length not a tile multiple
+        (20, 53, 2, 1, 64, 16),  # continuation of a cached prefix (q_offset 33)
+        (37, 37, 2, 2, 16, 1),  # plain causal
+    ],
+)
+def test_block_causal_matches_reference(dtype, n_q, n_k, h_q, h_kv, head_dim, block_size):
+    check_block_causal(n_q, n_k, h_q, h_kv, head_dim, block_size, dtype, block_m=16, block_n=16, seed=n_k)
+
+
+def test_block_causal_mask_semantics():
+    mask = reference.block_causal_mask(4, 6, block_size=2, q_offset=2)
+    # Queries at positions 2..5 are in blocks 1, 1, 2, 2: they see keys of blocks <= their own.
+    assert mask.int().tolist() == [[1, 1, 1, 1, 0, 0]] * 2 + [[1, 1, 1, 1, 1, 1]] * 2
+
+
+def test_torch_path_equals_explicit_mask_sdpa():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 10, 2, 16, generator=gen) for _ in range(3))
+    got = block_causal_attention(q, k, v, block_size=4, path="torch")
+    mask = torch.tensor([[j // 4 <= i // 4 for j in range(10)] for i in range(10)])
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask
+    ).transpose(1, 2)
+    torch.testing.assert_close(got, want)
+
+
+def test_unbatched_inputs_and_out_buffer():
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(5, 4, 16, generator=gen)
+    kc, vc = torch.randn(30, 2, 16, generator=gen), torch.randn(30, 2, 16, generator=gen)
+    kb, vb = torch.randn(5, 2, 16, generator=gen), torch.randn(5, 2, 16, generator=gen)
+    want = block_attention(q, kc, vc, 21, kb, vb, path="torch")
+    out = torch.full_like(q, float("nan"))
+    got = block_attention(q, kc, vc, torch.tensor(21), kb, vb, out=out, path="triton")
+    assert got.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+def test_bad_inputs_are_rejected():
+    q, k = torch.randn(4, 3, 16), torch.randn(10, 2, 16)
+    with pytest.raises(ValueError, match="multiple of KV heads"):
+        block_attention(q, k, k, 5)
+    with pytest.raises(ValueError, match="no keys"):
+        block_attention(torch.randn(4, 4, 16), k, k, 0)
+    with pytest.raises(ValueError, match="capacity"):
+        block_attention(torch.randn(4, 4, 16), k, k, 11, path="triton")
+    with pytest.raises(ValueError, match="block_size"):
+        block_causal_attention(torch.randn(4, 4, 16), k, k, block_size=0)

@@ -1,0 +1,107 @@
+"""Fused confidence selection: Triton (interpreter) against the torch reference, and the reference's own semantics."""
+
+import pytest
+import torch
+
+from kernels import confidence_and_token, reference, select_confident
+from kernels.selfcheck import check_confidence
+
+pytest.importorskip("triton")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("n", "vocab", "block_v", "splits"),
+    [(1, 300, 128, 1), (7, 1000, 256, 3), (16, 2000, 512, 2), (5, 1031, 128, 4)],
+)
+def test_greedy_matches_reference(dtype, n, vocab, block_v, splits):
+    check_confidence(n, vocab, dtype, block_v=block_v, splits=splits, seed=n * vocab)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ties_go_to_lowest_index(dtype):
+    check_confidence(7, 1000, dtype, ties=True, block_v=128, splits=3, masked_fraction=1.0, seed=3)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.3])
+def test_gumbel_sample_matches_reference(temperature):
+    check_confidence(7, 1000, torch.float32, temperature=temperature, block_v=256, splits=2, seed=11)
+
+
+@pytest.mark.parametrize("masked_fraction", [0.0, 1.0])
+def test_all_or_no_positions_masked(masked_fraction):
+    check_confidence(16, 700, torch.float16, masked_fraction=masked_fraction, block_v=256, splits=2, seed=5)
+
+
+def test_fallback_commits_most_confident_per_block():
+    check_confidence(7, 500, torch.float32, batch=3, force_fallback=True, block_v=128, splits=2, seed=7)
+
+
+def test_batched_blocks():
+    check_confidence(16, 600, torch.bfloat16, batch=2, block_v=256, splits=3, seed=9)
+
+
+def test_public_api_paths_agree():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(7, 900, generator=gen) * 3
+    masked = torch.tensor([True, False, True, True, False, True, True])
+    results = {}
+    for path in ("triton", "torch"):
+        ids, m = torch.full((7,), 42, dtype=torch.int64), masked.clone()
+        out_ids, out_m, count = select_confident(logits, m, ids, 0.2, temperature=0.7, generator_seed=5, path=path)
+        assert out_ids is ids and out_m is m and count.dim() == 0
+        results[path] = (ids, m, count)
+    assert all(torch.equal(a, b) for a, b in zip(results["triton"], results["torch"], strict=True))
+    conf_t, tok_t = confidence_and_token(logits, masked=masked, path="triton")
+    conf_r, tok_r = confidence_and_token(logits, masked=masked, path="torch")
+    assert torch.equal(tok_t, tok_r)
+    torch.testing.assert_close(conf_t, conf_r)
+
+
+def test_reference_commit_semantics():
+    # Position 1 is unmasked (its high confidence must be ignored); 0 and 3 pass 0.5.
+    conf = torch.tensor([0.6, 0.99, 0.2, 0.7])
+    token = torch.tensor([10, 11, 12, 13])
+    masked = torch.tensor([True, False, True, True])
+    ids = torch.tensor([-5, 77, -5, -5])
+    conf = torch.where(masked, conf, torch.tensor(float("-inf")))
+    _, _, count = reference.commit_ref(conf, token, masked, ids, 0.5)
+    assert ids.tolist() == [10, 77, -5, 13] and masked.tolist() == [False, False, True, False] and int(count) == 2
+    # Nothing passes 0.95: only the most confident masked position (2 ties with 3 -> lowest) is committed.
+    conf2 = torch.tensor([float("-inf"), float("-inf"), 0.3, 0.3])
+    masked2, ids2 = torch.tensor([False, False, True, True]), torch.tensor([1, 2, -5, -5])
+    _, _, count2 = reference.commit_ref(conf2, token, masked2, ids2, 0.95)
+    assert ids2.tolist() == [1, 2, 12, -5] and masked2.tolist() == [False, False, False, True] and int(count2) == 1
+    # Nothing masked: nothing changes.
+    masked3, ids3 = torch.zeros(4, dtype=torch.bool), torch.arange(4)
+    _, _, count3 = reference.commit_ref(torch.full((4,), float("-inf")), token, masked3, ids3, 0.0)
+    assert ids3.tolist() == [0, 1, 2, 3] and int(count3) == 0
+
+
+def test_reference_confidence_is_softmax_probability_of_the_token():
+    logits = torch.tensor([[0.0, 2.0, 2.0, -1.0]])
+    conf, token = reference.confidence_and_token_ref(logits)
+    assert token.tolist() == [1]
+    torch.testing.assert_close(conf, torch.softmax(logits, -1)[:, 1])
+    # A seeded sample is reproducible and follows the Gumbel-max law of logits / T.
+    wide = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(3000, 3).contiguous()
+    _, draws = reference.confidence_and_token_ref(wide, temperature=1.0, seed=123)
+    _, again = reference.confidence_and_token_ref(wide, temperature=1.0, seed=123)
+    assert torch.equal(draws, again)
+    freq = torch.bincount(draws, minlength=3).float() / 3000
+    torch.testing.assert_close(freq, torch.tensor([0.7, 0.2, 0.1]), atol=0.03, rtol=0)
+
+
+def test_bad_inputs_are_rejected():
+    logits = torch.randn(4, 50)
+    ok_mask, ok_ids = torch.ones(4, dtype=torch.bool), torch.zeros(4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="masked must be a bool"):
+        select_confident(logits, ok_mask.int(), ok_ids, 0.9)
+    with pytest.raises(ValueError, match="ids must be an int64"):
+        select_confident(logits, ok_mask, ok_ids[:3], 0.9)
+    with pytest.raises(ValueError, match="logits must be"):
+        select_confident(logits.long(), ok_mask, ok_ids, 0.9)
+    with pytest.raises(ValueError, match="temperature"):
+        select_confident(logits, ok_mask, ok_ids, 0.9, temperature=-1.0)
