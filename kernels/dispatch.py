@@ -2,8 +2,8 @@
 
 The engine asks once per call site; the answer depends on the setting (argument or the
 ``DLM_KERNELS`` environment variable), on whether Triton imports, and on the tensors' device.
-Triton on CPU tensors only works in interpreter mode (``TRITON_INTERPRET=1``), which is how the
-test suite exercises the kernels without a GPU.
+Triton on CPU tensors only works in interpreter mode (``TRITON_INTERPRET=1`` set before triton is
+first imported), which is how the test suite exercises the kernels without a GPU.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import sys
 from typing import Literal
 
 import torch
@@ -26,9 +27,22 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def interpreter_enabled() -> bool:
-    """True when Triton kernels run in the CPU interpreter (read at kernel-definition time)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+def _interpreter_problem() -> str | None:
+    """Why Triton cannot run CPU tensors now, or None when its interpreter is active.
+
+    Triton fixes interpreter vs compiled mode when a function is decorated, including its own
+    ``triton.language`` library (``tl.sum``, ``tl.max``), so the variable must be set before
+    anything imports triton (``torch._dynamo`` does, e.g. for ``torch.compile``).
+    """
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return "Triton on CPU tensors needs TRITON_INTERPRET=1 (set before triton is imported)"
+    standard = sys.modules.get("triton.language.standard")
+    if standard is not None and type(standard.sum).__name__ != "InterpretedFunction":
+        return (
+            "TRITON_INTERPRET=1 was set after triton was imported, so its interpreter is not active; "
+            "set it before the first import of triton or torch._dynamo (e.g. at the top of tests/conftest.py)"
+        )
+    return None
 
 
 def _setting(setting: str) -> str:
@@ -57,8 +71,7 @@ def kernel_path(setting: str = "auto", device: torch.device | str | None = None)
     if choice == "triton":
         if not triton_available():
             raise RuntimeError("kernel path 'triton' was forced but the triton package is not installed")
-        if not on_cuda and not interpreter_enabled():
-            raise RuntimeError(
-                "kernel path 'triton' on CPU tensors needs TRITON_INTERPRET=1 set before kernels are imported"
-            )
+        problem = None if on_cuda else _interpreter_problem()
+        if problem:
+            raise RuntimeError(f"kernel path 'triton' was forced: {problem}")
     return choice

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels import reference
+from kernels.dispatch import kernel_path
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ ATTENTION_TOL = {
 # Confidences are computed in fp32 from upcast logits for every input dtype, so one tolerance.
 CONFIDENCE_TOL = Tolerance(1e-6, 1e-4)
 _NOISE_TIE = 1e-4  # Gumbel scores this close may order differently under different exp/log
+
+
+def _triton(device: str) -> None:
+    """Fail with the dispatcher's explanation when Triton cannot run on this device."""
+    kernel_path("triton", device)
 
 
 def _assert_close(got: torch.Tensor, want: torch.Tensor, tol: Tolerance, what: str) -> None:
@@ -81,6 +87,7 @@ def check_confidence(
     """Triton ``confidence_select`` against ``confidence_and_token_ref`` and ``commit_ref``."""
     from kernels import confidence_triton
 
+    _triton(device)
     gen = torch.Generator().manual_seed(seed)
     logits = make_logits(batch, n, vocab, dtype, device, gen, ties)
     masked = (torch.rand(batch, n, generator=gen) < masked_fraction).to(device)
@@ -150,6 +157,7 @@ def check_block_attention(
     """Triton ``block_attention`` against the fp32 SDPA reference; cache slots past ``cache_len`` are NaN."""
     from kernels import attention_triton
 
+    _triton(device)
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
@@ -198,6 +206,7 @@ def check_block_causal(
     """Triton block-causal prefill (queries are the last ``n_q`` of ``n_k`` positions) vs the fp32 reference."""
     from kernels import attention_triton
 
+    _triton(device)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, n_q, h_q, head_dim, generator=gen).to(dtype=dtype, device=device)
     k = torch.randn(batch, n_k, h_kv, head_dim, generator=gen).to(dtype=dtype, device=device)

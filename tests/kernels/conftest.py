@@ -1,9 +1,10 @@
 """Run the Triton kernels in the CPU interpreter.
 
-Triton decides interpreter vs compiled when a kernel is *defined* (``@triton.jit`` reads
-``TRITON_INTERPRET``), not at launch. The kernel modules (``kernels.*_triton``) are imported
-lazily, on the first Triton-path call, so setting the variable here, before any test in this
-directory runs, is enough even when other test modules imported torch or triton earlier.
+Triton decides interpreter vs compiled mode when a function is decorated, and that includes its
+own ``triton.language`` library, so ``TRITON_INTERPRET`` must be set before triton is first
+imported. This conftest is enough when nothing imported triton during collection of earlier test
+directories (``torch._dynamo`` / ``torch.compile`` do); otherwise ``kernels.dispatch`` fails with
+a message saying so, and the variable belongs at the top of ``tests/conftest.py``.
 """
 
 import os
