@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voice.audio import as_pcm16
+from voice.audio import as_pcm16, rms
 from voice.local_agreement import LocalAgreement
 from voice.models import whisper_model_dir
 
@@ -80,6 +80,9 @@ class AsrConfig:
     """Turns quieter than this RMS (int16 units, about -60 dBFS) are silence; Whisper is not run."""
     partial_interval_ms: int = 400
     """New audio between two partial passes."""
+    partial_quiet_db: float = 30.0
+    """No partial pass starts on a chunk this far below the turn's loudest: the person is pausing or
+    done, and a pass started now would hold the CPU just when the final pass needs it."""
     agreement_n: int = 2
 
 
@@ -155,7 +158,7 @@ class WhisperAsr:
         cfg = self.config
         if check_length and audio_ms < cfg.min_audio_ms:
             return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "too_short")
-        if len(pcm) == 0 or float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2))) < cfg.min_rms:
+        if rms(pcm) < cfg.min_rms:
             return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "silence")
         start = time.perf_counter()
         text, no_speech, logprob = self._decode(pcm)
@@ -219,6 +222,7 @@ class StreamingTranscriber:
         self._chunks: list[np.ndarray] = []
         self._samples = 0
         self._last_partial_at = 0
+        self._peak_rms = 0.0
         self._partial_task: asyncio.Task[None] | None = None
         self._final_task: asyncio.Task[Transcription] | None = None
 
@@ -229,7 +233,7 @@ class StreamingTranscriber:
     def reset(self) -> None:
         """Forget the turn; passes still running for it will not post anything."""
         self._generation += 1
-        self._chunks, self._samples, self._last_partial_at = [], 0, 0
+        self._chunks, self._samples, self._last_partial_at, self._peak_rms = [], 0, 0, 0.0
         self._agreement.reset()
         self._final_task = None
         self._partial_task = None
@@ -244,8 +248,11 @@ class StreamingTranscriber:
         pcm = as_pcm16(samples)
         self._chunks.append(pcm)
         self._samples += len(pcm)
+        level = rms(pcm)
+        self._peak_rms = max(self._peak_rms, level)
+        quiet = level < self._peak_rms * 10 ** (-self.asr.config.partial_quiet_db / 20)
         due = 1000 * (self._samples - self._last_partial_at) / ASR_RATE >= self.partial_interval_ms
-        if due and self._final_task is None and self._partial_task is None:
+        if due and not quiet and self._final_task is None and self._partial_task is None:
             self._last_partial_at = self._samples
             self._partial_task = asyncio.get_running_loop().create_task(self._run_partial(self._snapshot()))
 

@@ -24,11 +24,10 @@ class AudioFormatError(ValueError):
 
 
 def check_rate(sample_rate: int) -> int:
-    """Return ``sample_rate`` if it is one of :data:`SUPPORTED_RATES`, else raise :class:`AudioFormatError`."""
+    """Return ``sample_rate`` if it is one of :data:`SUPPORTED_RATES`, else raise AudioFormatError."""
     if sample_rate not in SUPPORTED_RATES:
-        raise AudioFormatError(
-            f"unsupported sample rate {sample_rate} Hz; expected one of {', '.join(map(str, SUPPORTED_RATES))}"
-        )
+        expected = ", ".join(map(str, SUPPORTED_RATES))
+        raise AudioFormatError(f"unsupported sample rate {sample_rate} Hz; expected one of {expected}")
     return sample_rate
 
 
@@ -42,6 +41,11 @@ def as_pcm16(samples: np.ndarray) -> np.ndarray:
     if arr.ndim != 1:
         raise AudioFormatError(f"expected mono PCM (1-D array), got shape {arr.shape}")
     return np.ascontiguousarray(arr)
+
+
+def rms(samples: np.ndarray) -> float:
+    """Root-mean-square level in int16 units (0 for no samples)."""
+    return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if len(samples) else 0.0
 
 
 def pcm_from_bytes(data: bytes) -> np.ndarray:

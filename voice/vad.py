@@ -8,8 +8,10 @@ only after ``hangover_ms`` of silence.
 
 webrtcvad keeps saying "speech" for ~60-120 ms after speech stops (its own overhang). Latency is
 measured from the real end of speech, so when it finally reports silence, the end is moved back to
-where the signal energy actually fell away (10 ms resolution, never later than webrtcvad's own). All times are audio times: the monotonic timestamps carried by the
-frames, so file mode at any speed and live input give the same boundaries.
+where the signal energy actually fell away (10 ms resolution, never later than webrtcvad's own).
+
+All times are audio times: the monotonic timestamps carried by the frames, so file mode at any speed
+and live input give the same boundaries.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import webrtcvad
 
-from voice.audio import AudioFormatError, PcmFrame
+from voice.audio import AudioFormatError, PcmFrame, rms
 
 VAD_RATE = 16000
 FRAME_MS = 30
@@ -160,7 +162,7 @@ class TurnDetector:
         if (end - self._turn_start) * 1000 >= self.config.max_turn_ms - 1e-6:
             return events + self.force_end(end)
         if speech:
-            self._peak_rms = max(self._peak_rms, _rms(chunk))
+            self._peak_rms = max(self._peak_rms, rms(chunk))
         if self._state is _State.SPEAKING:
             events += self._step_speaking(ts, end, speech)
         else:
@@ -200,7 +202,7 @@ class TurnDetector:
         if not self._recent or self._peak_rms == 0:
             return vad_end
         audio = np.concatenate([chunk for _, chunk in self._recent])
-        levels = [_rms(audio[i : i + _SUBFRAME]) for i in range(0, len(audio), _SUBFRAME)]
+        levels = [rms(audio[i : i + _SUBFRAME]) for i in range(0, len(audio), _SUBFRAME)]
         floor = self._peak_rms * 10 ** (-self.config.end_drop_db / 20)
         loud = [i for i, level in enumerate(levels) if level >= floor]
         start = self._recent[0][0]
@@ -221,7 +223,3 @@ class TurnDetector:
             self._reset_turn()
             return [VadEvent(VadEventKind.TURN_ENDED, end, speech_end=speech_end)]
         return []
-
-
-def _rms(samples: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if len(samples) else 0.0
