@@ -1,0 +1,198 @@
+"""The streaming decoder of the fully bidirectional families (LLaDA, Dream), Fast-dLLM style.
+
+A bidirectional model has no exact KV cache, and its answer length is a canvas of masks it sees all at
+once. This decoder:
+
+- decodes **semi-autoregressive blocks** after the prompt; each block opens with a *refresh* pass over
+  prompt + canvas that rebuilds the :class:`~dlm.bidirectional_cache.CanvasCache` and already unmasks,
+  and continues with cheap passes over the block (dual cache) or the block and the rest of the canvas
+  (prefix cache);
+- unmasks by **confidence threshold** (every mask at or above it, at least the best one per pass) or on
+  the family's **fixed schedule** of ``steps_per_block`` passes;
+- **sizes the canvas adaptively**: it holds the current block plus ``lookahead_blocks`` blocks of masks
+  and grows as decoding advances, so a 20-token answer never pays for a 512-token canvas in every
+  refresh pass (``lookahead_blocks=None`` gives the references' full canvas);
+- **streams** the contiguous decoded prefix the moment it exists (an unmasked token is never remasked,
+  so it is final) and stops at the first stop token, whose id is not emitted.
+
+Unlike Dream's reference block sampler, a token-shift family's passes start one position before the
+block, so every block position is predicted from its left neighbour as in training, instead of the
+first block position being predicted from itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from dlm.bidirectional_cache import CanvasCache
+from dlm.decoding import Commit, DecodeParams
+from dlm.model import Transformer
+
+CacheMode = Literal["prefix", "dual"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between the bidirectional families in this decoder."""
+
+    name: str
+    token_shift: bool  # output i-1 predicts token i (Dream)
+    schedule: Callable[[int, int], list[int]]  # (masks in block, passes) -> tokens to unmask per pass
+
+
+def pick_tokens(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token, confidence) per row of ``logits`` [n, V]: greedy, or sampled with temperature/top-p.
+
+    All in float32: the softmax is exact enough to rank confidences and sampling needs no float64 copy
+    of the vocabulary. The confidence is the chosen token's probability.
+    """
+    if temperature <= 0:
+        conf, tok = torch.softmax(logits.float(), dim=-1).max(-1)
+        return tok, conf
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        sorted_p[(sorted_p.cumsum(-1) - sorted_p) > top_p] = 0.0  # keep the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+        probs /= probs.sum(-1, keepdim=True)
+    tok = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return tok, probs.gather(-1, tok[:, None])[:, 0]
+
+
+class _Decoder:
+    """One generation's state: the canvas, its cache and what has been streamed."""
+
+    def __init__(
+        self,
+        family: Family,
+        model: Transformer,
+        prompt: list[int],
+        params: DecodeParams,
+        mask_id: int,
+        stop_ids: frozenset[int],
+        lookahead_blocks: int | None,
+    ) -> None:
+        self.family, self.model, self.params, self.mask_id = family, model, params, mask_id
+        self.stop_ids, self.lookahead = stop_ids, lookahead_blocks
+        self.block = params.block_size or model.cfg.block_size
+        self.prompt_len = len(prompt)
+        self.answer_end = len(prompt) + params.max_new_tokens
+        weight = model.output_weight()
+        self.x = torch.full((self.answer_end,), mask_id, dtype=torch.long, device=weight.device)
+        self.x[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+        self.kv: CanvasCache | None = None
+        self.dtype = weight.dtype
+        self.canvas_end = 0
+        self.streamed = len(prompt)  # canvas positions already handed out
+        self.passes = 0
+        self.generator = None
+        if params.seed is not None:
+            self.generator = torch.Generator(device=weight.device).manual_seed(params.seed)
+
+    def grow_canvas(self, block_end: int) -> None:
+        """Masks up to ``lookahead`` blocks past the current one (all of the answer without a lookahead)."""
+        want = self.answer_end if self.lookahead is None else block_end + self.lookahead * self.block
+        self.canvas_end = max(self.canvas_end, min(want, self.answer_end))
+        if self.kv is None or self.kv.capacity < self.canvas_end:
+            # The next pass is a refresh that rewrites every position, so nothing needs copying.
+            self.kv = CanvasCache(self.model.cfg, self.canvas_end, dtype=self.dtype, device=self.x.device)
+
+    def forward(self, start: int, end: int) -> torch.Tensor:
+        """Logits of canvas positions ``start`` .. ``end-1`` [n, V] from a pass over x[start:end]."""
+        self.passes += 1
+        with torch.no_grad():  # per pass: a generator must not leave grad mode off for its caller
+            return self.model(self.x[None, start:end], cache=self.kv)[0]
+
+    def unmask(self, start: int, end: int, logits: torch.Tensor, count: int | None) -> None:
+        """Fill masks of block x[start:end] from its logits: ``count`` best, or by threshold if None."""
+        masked = (self.x[start:end] == self.mask_id).nonzero()[:, 0]
+        if not len(masked):
+            return
+        logits = logits[masked].clone()
+        logits[:, self.mask_id] = -torch.inf  # writing the mask back would never finish the block
+        tok, conf = pick_tokens(logits, self.params.temperature, self.params.top_p, self.generator)
+        if count is None:
+            chosen = (conf >= self.params.threshold).nonzero()[:, 0]
+            if not len(chosen):
+                chosen = conf.argmax()[None]
+        else:
+            chosen = conf.topk(min(count, len(masked))).indices
+        self.x[start + masked[chosen]] = tok[chosen]
+
+    def ready(self, block_done: bool) -> Commit | None:
+        """The newly final contiguous prefix (cut before a stop token), or None if nothing changed."""
+        begin = self.streamed
+        decoded = (self.x[begin : self.canvas_end] == self.mask_id).cumsum(0) == 0
+        new = self.x[begin : begin + int(decoded.sum())].tolist()
+        stop_at = next((i for i, t in enumerate(new) if t in self.stop_ids), None)
+        finished = stop_at is not None or begin + len(new) >= self.answer_end
+        if stop_at is not None:
+            new = new[:stop_at]
+        self.streamed += len(new)
+        if not new and not block_done and not finished:
+            return None
+        return Commit(new, self.passes, block_done or finished, finished)
+
+    def decode_block(self, start: int, end: int, cache: CacheMode) -> Iterator[Commit]:
+        shift = int(self.family.token_shift)
+        fixed = self.params.threshold is None
+        schedule = self.family.schedule(end - start, self.params.steps_per_block or end - start) if fixed else []
+        self.grow_canvas(end)
+        assert self.kv is not None
+        self.kv.refresh()
+        logits = self.forward(0, self.canvas_end)[start - shift : end - shift]
+        window_start = start - shift
+        window_end = end if cache == "dual" else self.canvas_end
+        if cache == "dual":
+            self.kv.dual(window_start, self.canvas_end)
+        else:
+            self.kv.prefix(window_start)
+        step = 0
+        while True:
+            count = None if not fixed else schedule[step] if step < len(schedule) else end - start
+            self.unmask(start, end, logits, count)
+            step += 1
+            block_done = not bool((self.x[start:end] == self.mask_id).any())
+            commit = self.ready(block_done)
+            if commit is not None:
+                yield commit
+                if commit.finished or block_done:
+                    return
+            logits = self.forward(window_start, window_end)[: end - start]
+
+
+def stream_blocks(
+    family: Family,
+    model: Transformer,
+    prompt_ids: Iterable[int],
+    params: DecodeParams,
+    mask_id: int,
+    stop_ids: Iterable[int] = (),
+    *,
+    cache: CacheMode = "dual",
+    lookahead_blocks: int | None = 2,
+) -> Iterator[Commit]:
+    """Decode an answer to ``prompt_ids`` block by block, yielding each newly final run of tokens."""
+    prompt = list(prompt_ids)
+    if not prompt:
+        raise ValueError("the prompt is empty: a bidirectional model needs at least one token to condition on")
+    if params.max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be positive, got {params.max_new_tokens}")
+    if cache not in ("prefix", "dual"):
+        raise ValueError(f"cache must be 'prefix' or 'dual', got {cache!r}")
+    if lookahead_blocks is not None and lookahead_blocks < 0:
+        raise ValueError(f"lookahead_blocks must be >= 0 or None, got {lookahead_blocks}")
+    decoder = _Decoder(
+        family, model, prompt, params, mask_id, frozenset(stop_ids) | params.stop_ids, lookahead_blocks
+    )
+    for start in range(len(prompt), decoder.answer_end, decoder.block):
+        for commit in decoder.decode_block(start, min(start + decoder.block, decoder.answer_end), cache):
+            yield commit
+            if commit.finished:
+                return
