@@ -191,6 +191,7 @@ def _message(msg: Any, where: str) -> dict[str, Any]:
     if role == "assistant" and msg.get("tool_calls"):
         out["tool_calls"] = [_history_tool_call(c, f"{where}.tool_calls[{i}]")
                              for i, c in enumerate(msg["tool_calls"])]
+        out["content"] = out["content"] or ""  # templates concatenate content; not every one checks for None
     elif out["content"] is None:
         raise bad_request(f"{where}.content is required for role {role!r}", f"{where}.content")
     if role == "tool":

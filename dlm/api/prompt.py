@@ -26,7 +26,7 @@ def build_prompt(tokenizer: Tokenizer, req: ChatRequest) -> Prompt:
                                                     "parameters": t.parameters}} for t in req.tools]
     try:
         text = tokenizer.apply_chat_template(req.messages, add_generation_prompt=True, tools=tools)
-    except TemplateError as exc:
+    except (TemplateError, TypeError) as exc:  # a template that cannot render these messages
         raise bad_request(f"the model's chat template rejected the messages: {exc}", "messages") from None
     except CheckpointError as exc:
         raise bad_request(f"this model cannot chat: {exc}", "model") from None

@@ -1,0 +1,143 @@
+"""Bad requests are answered 4xx with an OpenAI error object whose message says what is wrong."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from dlm.api.errors import APIError
+from dlm.api.limits import ApiLimits, ConcurrencyGate
+from dlm.api.live_server import LiveServer
+from dlm.api.server import create_app
+from tests.api.conftest import LIMITS, MODEL_NAME
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def _request(url: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
+    """A raw HTTP call (the openai client refuses to send malformed bodies)."""
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _error(response: tuple[int, dict], status: int) -> dict:
+    got, body = response
+    assert got == status, body
+    error = body["error"]
+    assert error["message"] and error["type"]
+    return error
+
+
+def _post_json(url: str, obj) -> tuple[int, dict]:
+    return _request(url + "/v1/chat/completions", json.dumps(obj).encode())
+
+
+def test_malformed_json(server):
+    resp = _request(server.url + "/v1/chat/completions", b'{"model": "x", "messages": [')
+    assert "not valid JSON" in _error(resp, 400)["message"]
+
+
+def test_body_not_an_object(server):
+    resp = _post_json(server.url, [1, 2])
+    assert "JSON object" in _error(resp, 400)["message"]
+
+
+def test_oversize_body(server):
+    big = [{"role": "user", "content": "x" * (LIMITS.max_body_bytes + 10)}]
+    resp = _post_json(server.url, {"model": MODEL_NAME, "messages": big})
+    assert "too large" in _error(resp, 413)["message"]
+
+
+def test_unknown_route_has_error_shape(server):
+    assert _error(_request(server.url + "/v1/nothing-here"), 404)["code"] == "not_found"
+
+
+def test_unknown_model(client):
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.chat.completions.create(model="gpt-4o", messages=USER)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "role"),
+        ({"messages": []}, "non-empty"),
+        ({"messages": [{"role": "tool", "content": "42"}]}, "tool_call_id"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+         "only text"),
+        ({"n": LIMITS.max_n + 1}, "'n' must be between"),
+        ({"max_tokens": LIMITS.max_completion_tokens + 1}, "max_tokens"),
+        ({"temperature": 3}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+        ({"response_format": {"type": "xml"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "string", "pattern": "^a+$"}}}}, "unsupported schema keywords: pattern"),
+        ({"tool_choice": "required"}, "needs 'tools'"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "g"}}}, "not in 'tools'"),
+        ({"logprobs": True}, "logprobs"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+    ],
+)
+def test_bad_parameters(client, kwargs, fragment):
+    kwargs = {"messages": USER, **kwargs}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL_NAME, **kwargs)
+    assert fragment in info.value.message
+
+
+def test_unrecognized_argument(client):
+    with pytest.raises(openai.BadRequestError, match="Unrecognized request argument supplied: frobnicate"):
+        client.chat.completions.create(model=MODEL_NAME, messages=USER, extra_body={"frobnicate": 1})
+
+
+def test_prompt_token_limit(client):
+    long = [{"role": "user", "content": "y" * (LIMITS.max_prompt_tokens + 1)}]
+    with pytest.raises(openai.BadRequestError, match="the prompt has"):
+        client.chat.completions.create(model=MODEL_NAME, messages=long)
+
+
+def test_concurrency_gate_counts_and_refuses():
+    gate = ConcurrencyGate(2)
+    with gate.slot(), gate.slot():
+        assert gate.active == 2
+        with pytest.raises(APIError) as info, gate.slot():
+            pass
+        assert info.value.status == 429
+    assert gate.active == 0
+
+
+def test_full_server_answers_429(engine):
+    with LiveServer(create_app(engine, MODEL_NAME, ApiLimits(max_concurrent=0))) as live:
+        resp = _post_json(live.url, {"model": MODEL_NAME, "messages": USER})
+    assert _error(resp, 429)["type"] == "rate_limit_error"
+
+
+def test_api_key_required_when_configured(engine):
+    with LiveServer(create_app(engine, MODEL_NAME, LIMITS, api_key="s3cret")) as live:
+        assert _error(_request(live.url + "/v1/models"), 401)["code"] == "invalid_api_key"
+        wrong = openai.OpenAI(base_url=live.url + "/v1", api_key="guess", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.models.list()
+        right = openai.OpenAI(base_url=live.url + "/v1", api_key="s3cret", max_retries=0)
+        assert [m.id for m in right.models.list()] == [MODEL_NAME]
+
+
+def test_non_loopback_bind_needs_a_key():
+    from dlm.api.limits import check_bind
+
+    check_bind("127.0.0.1", None)
+    check_bind("0.0.0.0", "key")
+    with pytest.raises(SystemExit, match="requires an API key"):
+        check_bind("0.0.0.0", None)

@@ -1,0 +1,102 @@
+"""Tool calls: forced calls decode under the function's parameter schema and come back as OpenAI
+`tool_calls` (with argument deltas when streaming); a tool result can be sent back for the next turn."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+
+from dlm.api.tool_calls import ContentDelta, ToolCallDelta, ToolCallStream
+from tests.api.conftest import MODEL_NAME
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 10},
+                           "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {}, "additionalProperties": False}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_named_tool_choice_returns_a_valid_call(client):
+    resp = client.chat.completions.create(
+        model=MODEL_NAME, messages=ASK, tools=[WEATHER, TIME], max_tokens=150,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+
+
+def test_required_streams_name_then_argument_deltas(client):
+    stream = client.chat.completions.create(
+        model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=150, stream=True,
+    )
+    deltas, finish = [], None
+    for chunk in stream:
+        for choice in chunk.choices:
+            deltas.extend(choice.delta.tool_calls or [])
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls"
+    assert deltas[0].id and deltas[0].function.name == "get_weather"
+    assert all(d.id is None and d.function.name is None for d in deltas[1:])
+    assert len(deltas) > 2, "arguments should arrive in several pieces"
+    arguments = "".join(d.function.arguments or "" for d in deltas)
+    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
+
+
+def test_tool_result_round_trip(client):
+    first = client.chat.completions.create(
+        model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=150,
+    )
+    call = first.choices[0].message.tool_calls[0]
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 21})},
+    ]
+    second = client.chat.completions.create(model=MODEL_NAME, messages=history, tools=[WEATHER],
+                                            tool_choice="none", max_tokens=16)
+    assert second.choices[0].message.tool_calls is None
+    assert isinstance(second.choices[0].message.content, str)
+
+
+def _parse(pieces: list[str]) -> list:
+    parser = ToolCallStream()
+    out = [d for p in pieces for d in parser.feed(p)]
+    return out + parser.finish()
+
+
+def test_parser_splits_text_and_calls_at_any_piece_boundary():
+    text = 'Let me check. <tool_call>{"name": "get_weather", "arguments": {"city": "Pa}r\\"is"}}</tool_call>'
+    for size in (1, 2, 5, len(text)):
+        deltas = _parse([text[i:i + size] for i in range(0, len(text), size)])
+        content = "".join(d.text for d in deltas if isinstance(d, ContentDelta))
+        calls = [d for d in deltas if isinstance(d, ToolCallDelta)]
+        assert content == "Let me check. "
+        assert calls[0].name == "get_weather"
+        assert json.loads("".join(d.arguments for d in calls)) == {"city": 'Pa}r"is'}
+
+
+def test_parser_gives_back_text_that_is_not_a_call():
+    deltas = _parse(["a < b and <tool_call>not json</tool_call>"])
+    assert "".join(d.text for d in deltas) == "a < b and <tool_call>not json"
+    assert not [d for d in deltas if isinstance(d, ToolCallDelta)]
+
+
+def test_parser_accepts_arguments_before_name():
+    (delta,) = _parse(['<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>'])
+    assert delta.name == "f" and json.loads(delta.arguments) == {"x": 1}
