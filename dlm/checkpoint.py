@@ -8,6 +8,7 @@ one tensor, never a second copy of the checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,12 +132,37 @@ def load_model(path: str | Path, dtype: str | torch.dtype = "float32", device: s
     return model.eval().requires_grad_(False)
 
 
+# The mask token's text in each family's real tokenizer, for configs that do not store its id
+# (Fast-dLLM v2's config.json has no mask_token_id; its code hard-codes the real id).
+MASK_TOKEN_TEXT = {"sdar": "<|MASK|>", "fast_dllm_qwen": "|<MASK>|", "llada": "<|mdm_mask|>", "dream": "<|mask|>",
+                   "a2d-qwen3": "<|mask|>", "a2d-qwen2": "<|mask|>"}
+
+
+def _tokenizer_mask_id(root: Path, cfg: ModelConfig, tokenizer: Tokenizer) -> int | None:
+    """The mask id the tokenizer names: its tokenizer_config ``mask_token``, else the family's mask text."""
+    conf_file = root / "tokenizer_config.json"
+    declared = _read_json(conf_file).get("mask_token") if conf_file.exists() else None
+    text = declared.get("content") if isinstance(declared, dict) else declared
+    for candidate in (text, MASK_TOKEN_TEXT.get(cfg.model_type)):
+        if candidate and candidate in tokenizer.special_tokens:
+            return tokenizer.special_tokens[candidate]
+    return None
+
+
 def load_checkpoint(
     path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu"
 ) -> tuple[Transformer, Tokenizer]:
-    """The model and its tokenizer, checked against each other."""
-    model = load_model(path, dtype, device)
-    tokenizer = Tokenizer.from_dir(path)
+    """The model and its tokenizer, checked against each other.
+
+    The mask id comes from config.json where it is stored, else from the tokenizer, else the family table.
+    """
+    root = Path(path)
+    model = load_model(root, dtype, device)
+    tokenizer = Tokenizer.from_dir(root)
+    if "mask_token_id" not in _read_json(root / "config.json"):
+        mask_id = _tokenizer_mask_id(root, model.cfg, tokenizer)
+        if mask_id is not None:
+            model.cfg = dataclasses.replace(model.cfg, mask_token_id=mask_id)
     tokenizer.check_matches(model.cfg)
     return model, tokenizer
 

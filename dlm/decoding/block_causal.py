@@ -1,0 +1,259 @@
+"""The product decoder for block-causal families (SDAR, Fast-dLLM v2, the dllm a2d/bd3lm conversions).
+
+Each block is a window that starts where the KV cache ends (so a prompt tail that does not fill a block is
+decoded inside the first window, as the references do) and ends on a multiple of its size. Passes attend
+to the cache and bidirectionally inside the window; each unmasks the confident positions of the current
+sub-block (every one above the threshold, at least one) or a fixed share of them; once the window is full
+its KV is committed. Because unmasked tokens are never remasked, the contiguous decoded prefix of the
+window is final at once and is yielded immediately.
+
+Token-shift families (Fast-dLLM v2) predict position i from output i-1: the first position of a window
+is predicted by the last committed logit, so it is filled without a pass (the reference's
+"autoregressive extra token").
+
+The decoder talks to the model through a :class:`BlockForward`: :class:`CachedForward` is the engine's,
+:class:`RecomputeForward` runs the whole sequence under the equivalent block-causal mask every pass (the
+exactness baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from dlm.config import ModelConfig
+from dlm.decoding import Commit
+from dlm.decoding.confidence import GREEDY, Sampling, above_threshold, most_confident, pick_tokens
+from dlm.decoding.prefill import prefill_blocks
+from dlm.decoding.schedule import block_end, block_sizes, segment_mask, transfer_counts
+from dlm.kv_cache import KVCache
+from dlm.model import Transformer
+
+
+@dataclass(frozen=True)
+class BlockPolicy:
+    """How one generation decodes its blocks (the engine derives it from effort and raw knobs)."""
+
+    block_size: int
+    first_blocks: tuple[int, ...] = ()  # sizes of the first blocks, then ``block_size``
+    sub_block: int | None = None  # unmask left to right in sub-blocks of this size (None: whole window)
+    threshold: float | None = 0.9  # None: fixed passes per block
+    passes_per_block: int | None = None
+    sampling: Sampling = GREEDY
+    max_new_tokens: int = 128
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.threshold is None and not self.passes_per_block:
+            raise ValueError("give a confidence threshold or a number of passes per block")
+        if self.passes_per_block is not None and self.passes_per_block < 1:
+            raise ValueError(f"passes_per_block must be >= 1, got {self.passes_per_block}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.sub_block is not None and self.sub_block < 1:
+            raise ValueError(f"sub_block must be >= 1, got {self.sub_block}")
+
+
+class BlockForward(Protocol):
+    """The model as the decoder sees it: a window after a committed prefix."""
+
+    length: int  # committed positions
+    device: torch.device
+
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Logits [len(rows), V] at window offsets ``rows`` for ``window`` placed at ``length``."""
+        ...
+
+    def commit(self, window: torch.Tensor) -> torch.Tensor:
+        """Make ``window`` part of the prefix; returns the logits [V] of its last position."""
+        ...
+
+
+class CachedForward:
+    """Passes over the window only, attending to the KV cache; the commit pass stores the window's KV.
+
+    It also remembers what the cache holds: the committed ids, where each block ends, and the logits of
+    the last committed position (what a token-shift family predicts the next window's first token from).
+    """
+
+    def __init__(self, model: Transformer, cache: KVCache) -> None:
+        self.model, self.cache = model, cache
+        self.device = model.output_weight().device
+        self.tokens: list[int] = []
+        self.ends: list[int] = []
+        self.last_logits: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        hidden = self.model.hidden_states(window[None], cache=self.cache)[0]
+        return F.linear(hidden[rows], self.model.output_weight())
+
+    def commit(self, window: torch.Tensor) -> torch.Tensor:
+        self.cache.store = True
+        try:
+            hidden = self.model.hidden_states(window[None], cache=self.cache)[0]
+        finally:
+            self.cache.store = False
+        self.cache.commit(window.shape[0])
+        self.tokens.extend(window.tolist())
+        self.ends.append(self.cache.length)
+        self.last_logits = F.linear(hidden[-1], self.model.output_weight())
+        return self.last_logits
+
+    def extend(self, ids: list[int], block_size: int) -> None:
+        """Prefill ``ids`` after the cache in blocks aligned at multiples of ``block_size``."""
+        if not ids:
+            return
+        start = self.cache.length
+        self.last_logits = prefill_blocks(
+            self.model, self.cache, torch.tensor(ids, dtype=torch.long, device=self.device), block_size
+        )
+        self.tokens.extend(ids)
+        self.ends.extend(range(block_end(start, block_size), self.cache.length, block_size))
+        self.ends.append(self.cache.length)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions (``length`` must be a block end)."""
+        if length == self.cache.length:
+            return
+        if length and length not in self.ends:
+            raise ValueError(f"{length} is not a block boundary of the cache")
+        self.cache.truncate(length)
+        del self.tokens[length:]
+        self.ends = [e for e in self.ends if e <= length]
+        self.last_logits = None
+
+
+class RecomputeForward:
+    """No cache: every pass runs the whole sequence under the block-causal mask of the same blocks."""
+
+    def __init__(self, model: Transformer, prefix: Sequence[int], ends: Sequence[int]) -> None:
+        if (ends[-1] if ends else 0) != len(prefix):
+            raise ValueError("the segment ends must cover the prefix exactly")
+        self.model, self.prefix, self.ends = model, list(prefix), list(ends)
+        self.device = model.output_weight().device
+
+    @property
+    def length(self) -> int:
+        return len(self.prefix)
+
+    def _hidden(self, window: torch.Tensor) -> torch.Tensor:
+        ids = torch.cat((torch.tensor(self.prefix, dtype=torch.long, device=window.device), window))
+        mask = segment_mask([*self.ends, ids.shape[0]], window.device)
+        return self.model.hidden_states(ids[None], attn_mask=mask)[0, self.length:]
+
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return F.linear(self._hidden(window)[rows], self.model.output_weight())
+
+    def commit(self, window: torch.Tensor) -> torch.Tensor:
+        last = F.linear(self._hidden(window)[-1], self.model.output_weight())
+        self.prefix.extend(window.tolist())
+        self.ends.append(len(self.prefix))
+        return last
+
+
+@dataclass
+class _Progress:
+    """What has been generated and yielded so far."""
+
+    policy: BlockPolicy
+    generated: list[int] = field(default_factory=list)
+    passes: int = 0
+    finished: bool = False
+
+    def accept(self, ids: list[int], block_done: bool) -> Commit:
+        """Take newly final ids, cutting at a stop id or at max tokens."""
+        fresh: list[int] = []
+        for token in ids:
+            if token in self.policy.stop_ids:
+                self.finished = True
+                break
+            fresh.append(token)
+            if len(self.generated) + len(fresh) >= self.policy.max_new_tokens:
+                self.finished = True
+                break
+        self.generated.extend(fresh)
+        return Commit(fresh, self.passes, block_done, self.finished)
+
+
+def _no_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Never predict the mask token: a position "decoded" to it would stream as text."""
+    logits[:, mask_id] = float("-inf")
+    return logits
+
+
+def _choose(policy: BlockPolicy, conf: torch.Tensor, share: int) -> torch.Tensor:
+    """Which of the candidate rows to unmask this pass."""
+    every = torch.ones_like(conf, dtype=torch.bool)
+    if policy.threshold is not None:
+        return above_threshold(conf, every, policy.threshold)
+    return most_confident(conf, every, share)
+
+
+def decode(
+    cfg: ModelConfig,
+    forward: BlockForward,
+    tokens: list[int],
+    policy: BlockPolicy,
+    last_logits: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[Commit]:
+    """Generate after ``tokens`` (the prompt; ``forward.length`` of them already committed).
+
+    Yields a :class:`Commit` after every forward pass (possibly with no new ids, so a caller can stop or
+    switch between passes) and one with ``block_done`` when a window is fully decoded. ``tokens`` grows by
+    each committed window. ``last_logits`` are the logits of position ``forward.length - 1`` (needed by
+    token-shift families when the cache holds the whole prompt).
+    """
+    if not tokens:
+        raise ValueError("the prompt is empty: give at least one token")
+    if len(tokens) - forward.length >= policy.block_size:
+        raise ValueError("prefill the prompt's full blocks first: the uncommitted tail must fit in one block")
+    mask_id, shift = cfg.mask_token_id, cfg.token_shift
+    progress = _Progress(policy)
+    sizes = block_sizes(policy.first_blocks, policy.block_size)
+    while True:
+        start, known = forward.length, len(tokens)
+        end = block_end(known, next(sizes))
+        window = torch.tensor(tokens[start:] + [mask_id] * (end - known), dtype=torch.long, device=forward.device)
+        masked = window == mask_id
+        emitted = known - start  # window offset of the first position not yet yielded
+        shares: list[int] = []
+        while bool(masked.any()):
+            if shift and bool(masked[0]):
+                if last_logits is None:
+                    raise ValueError("a token-shift model needs the last committed logits to start a window")
+                token, _ = pick_tokens(_no_mask(last_logits[None], mask_id), policy.sampling, generator)
+                window[0], masked[0] = token[0], False
+            else:
+                first = int(masked.nonzero()[0])
+                sub = policy.sub_block or window.shape[0]
+                lo = (first // sub) * sub
+                candidates = torch.zeros_like(masked)
+                candidates[lo:lo + sub] = masked[lo:lo + sub]
+                if not shares and policy.threshold is None:
+                    shares = transfer_counts(int(masked.sum()), policy.passes_per_block or 1)
+                rows = candidates.nonzero()[:, 0]
+                logits = _no_mask(forward.denoise(window, rows - 1 if shift else rows), mask_id)
+                progress.passes += 1
+                picked, conf = pick_tokens(logits, policy.sampling, generator)
+                chosen = _choose(policy, conf, max(1, shares.pop(0)) if shares else 1)
+                window[rows[chosen]] = picked[chosen]
+                masked[rows[chosen]] = False
+            done = not bool(masked.any())
+            ready = int(masked.nonzero()[0]) if not done else window.shape[0]
+            commit = progress.accept(window[emitted:ready].tolist(), done)
+            emitted = ready
+            yield commit
+            if progress.finished:
+                return
+        tokens.extend(window[known - start:].tolist())
+        last_logits = forward.commit(window)
+

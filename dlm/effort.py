@@ -1,0 +1,81 @@
+"""The ``effort`` knob: one word for how much compute each block gets — the product's "tunable reasoning".
+
+low    threshold 0.7 (many tokens per pass) and, where the checkpoint was trained for it, a small first block
+medium threshold 0.9
+high   one token per pass (passes per block = block size)
+
+Raw knobs (block size, first block size, threshold, passes per block) override what the effort picks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlm.config import ModelConfig
+from dlm.decoding.block_causal import BlockPolicy
+from dlm.decoding.confidence import Sampling
+
+EFFORTS = ("low", "medium", "high")
+DEFAULT_EFFORT = "medium"
+SMALL_FIRST_BLOCK = 4
+
+# Families whose official sampler decodes a block in sub-blocks (Fast-dLLM v2's ``small_block_size``).
+SUB_BLOCKS = {"fast_dllm_qwen": 8}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What a caller may set; ``None`` = let the effort decide."""
+
+    effort: str | None = None
+    block_size: int | None = None
+    first_block_size: int | None = None
+    threshold: float | None = None
+    passes_per_block: int | None = None
+    sub_block: int | None = None
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+def resolve(
+    cfg: ModelConfig, knobs: Knobs, stop_ids: frozenset[int], trained_block_sizes: tuple[int, ...] = ()
+) -> BlockPolicy:
+    """The decoding policy for one generation.
+
+    ``trained_block_sizes`` are the block sizes the checkpoint was trained with: a small first block is only
+    chosen by ``effort=low`` when the checkpoint knows it (an explicit ``first_block_size`` always applies).
+    """
+    effort = knobs.effort or DEFAULT_EFFORT
+    if effort not in EFFORTS:
+        raise ValueError(f"unknown effort {effort!r}; use one of {', '.join(EFFORTS)}")
+    if knobs.threshold is not None and knobs.passes_per_block is not None:
+        raise ValueError("give either a threshold or passes per block, not both")
+    if knobs.threshold is not None and not 0 <= knobs.threshold <= 1:
+        raise ValueError(f"threshold must be in [0, 1], got {knobs.threshold}")
+    block = knobs.block_size or cfg.block_size
+    if block < 1:
+        raise ValueError(f"block size must be >= 1, got {block}")
+    threshold: float | None = {"low": 0.7, "medium": 0.9, "high": None}[effort]
+    passes = block if effort == "high" else None
+    if knobs.threshold is not None:
+        threshold, passes = knobs.threshold, None
+    elif knobs.passes_per_block is not None:
+        threshold, passes = None, knobs.passes_per_block
+    first: tuple[int, ...] = ()
+    if knobs.first_block_size is not None:
+        first = (knobs.first_block_size,)
+    elif effort == "low" and SMALL_FIRST_BLOCK in trained_block_sizes and block > SMALL_FIRST_BLOCK:
+        first = (SMALL_FIRST_BLOCK,)
+    sub = knobs.sub_block if knobs.sub_block is not None else SUB_BLOCKS.get(cfg.model_type)
+    return BlockPolicy(
+        block_size=block,
+        first_blocks=first,
+        sub_block=sub if sub and sub < block else None,
+        threshold=threshold,
+        passes_per_block=passes,
+        sampling=Sampling(temperature=knobs.temperature, top_p=knobs.top_p, top_k=knobs.top_k),
+        max_new_tokens=knobs.max_new_tokens,
+        stop_ids=stop_ids,
+    )

@@ -1,0 +1,285 @@
+"""The in-process engine: sessions, streaming of final text, cancellation, and a sync ``generate``.
+
+All model work runs on one worker thread, one forward pass per step, so the event loop stays responsive,
+several sessions interleave pass by pass, and a cancelled stream simply stops being stepped. Text is
+yielded the moment it is final (the contiguous decoded prefix of the current block), UTF-8 safe.
+
+Block-causal families decode with :mod:`dlm.decoding.block_causal` on the session's exact KV cache. The
+fully bidirectional families (LLaDA, Dream) delegate to their own samplers in
+:mod:`dlm.decoding.llada` / :mod:`dlm.decoding.dream` (see :func:`_bidirectional_steps`, the one hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from dlm.checkpoint import load_checkpoint
+from dlm.decoding import Commit, DecodeParams
+from dlm.decoding import block_causal as bc
+from dlm.effort import Knobs, resolve
+from dlm.model import Transformer
+from dlm.session import Session
+from dlm.tokenizer import IncrementalDecoder, Tokenizer
+
+T = TypeVar("T")
+Prompt = str | Sequence[int] | Sequence[dict[str, Any]]
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]  # generated ids, without the stop token
+    tokens: list[str]  # each generated id as text
+    finish_reason: str  # "stop" (stop/EOS token) or "length" (max tokens)
+    prompt_tokens: int
+    prefill_ms: float  # making the cache hold the prompt (0 when it already did)
+    first_text_ms: float | None  # start to the first non-empty text piece
+    first_block_ms: float | None  # start to the first block fully decoded
+    total_ms: float
+    forward_passes: int
+    tokens_per_forward: float
+    pieces: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "pieces"}
+
+
+class _Run:
+    """Turns one generation's Commit events into text pieces and its result."""
+
+    def __init__(self, tokenizer: Tokenizer, prompt_tokens: int) -> None:
+        self.tokenizer = tokenizer
+        self.decoder = IncrementalDecoder(tokenizer)
+        self.t0 = time.perf_counter()
+        self.prompt_tokens = prompt_tokens
+        self.prefill_ms = 0.0
+        self.first_text_ms: float | None = None
+        self.first_block_ms: float | None = None
+        self.ids: list[int] = []
+        self.pieces: list[str] = []
+        self.passes = 0
+        self.finish_reason = "length"
+
+    def _ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000
+
+    def take(self, commit: Commit, max_new_tokens: int) -> str:
+        self.ids.extend(commit.token_ids)
+        self.passes = commit.forward_passes
+        if commit.block_done and self.first_block_ms is None:
+            self.first_block_ms = self._ms()
+        if commit.finished:
+            self.finish_reason = "length" if len(self.ids) >= max_new_tokens else "stop"
+        piece = self.decoder.push(commit.token_ids) if commit.token_ids else ""
+        if piece:
+            self.pieces.append(piece)
+            if self.first_text_ms is None:
+                self.first_text_ms = self._ms()
+        return piece
+
+    def result(self) -> GenerationResult:
+        if self.first_block_ms is None and self.ids:
+            self.first_block_ms = self._ms()
+        return GenerationResult(
+            text="".join(self.pieces),
+            token_ids=list(self.ids),
+            tokens=[self.tokenizer.decode([i], skip_special=False) for i in self.ids],
+            finish_reason=self.finish_reason,
+            prompt_tokens=self.prompt_tokens,
+            prefill_ms=self.prefill_ms,
+            first_text_ms=self.first_text_ms,
+            first_block_ms=self.first_block_ms,
+            total_ms=self._ms(),
+            forward_passes=self.passes,
+            tokens_per_forward=len(self.ids) / self.passes if self.passes else 0.0,
+            pieces=list(self.pieces),
+        )
+
+
+class Engine:
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        device: str | torch.device | None = None,
+        trained_block_sizes: Sequence[int] = (),
+    ) -> None:
+        self.model = model.eval().requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.device = torch.device(device) if device is not None else model.output_weight().device
+        self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
+        self.trained_block_sizes = tuple(trained_block_sizes)
+        # One thread for all model work; autograd off there, once (generators interleave on it).
+        self.worker = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="dlm-model", initializer=torch.set_grad_enabled, initargs=(False,)
+        )
+
+    @classmethod
+    def from_dir(cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu") -> Engine:
+        """Load a checkpoint directory (see :mod:`dlm.checkpoint`)."""
+        model, tokenizer = load_checkpoint(path, dtype, device)
+        gen_file = Path(path) / "generation_config.json"
+        gen = json.loads(gen_file.read_text()) if gen_file.exists() else {}
+        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()))
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=True)
+
+    def new_session(self, capacity: int | None = None) -> Session:
+        return Session(self, capacity)
+
+    def run_on_worker(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` on the model worker and wait (from any thread but the worker itself)."""
+        return self.worker.submit(fn, *args).result()
+
+    # ---- prompts -------------------------------------------------------------------------------------
+    def render_prompt(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | bool | None = None,
+    ) -> str:
+        if tools is True:
+            from dlm.tools import tool_specs  # the assistant's own tools
+
+            tools = tool_specs()
+        return self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=add_generation_prompt, tools=tools or None
+        )
+
+    def prompt_ids(self, prompt: Prompt, tools: list[dict[str, Any]] | bool | None = None) -> list[int]:
+        """Messages get the chat template; a string is raw text; a list of ints is used as is."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        elif all(isinstance(p, int) for p in prompt):
+            ids = [int(p) for p in prompt]  # type: ignore[arg-type]
+        else:
+            ids = self.tokenizer.encode(self.render_prompt(prompt, tools=tools))  # type: ignore[arg-type]
+        if not ids:
+            raise ValueError("the prompt is empty")
+        vocab = self.model.cfg.vocab_size
+        if not all(0 <= i < vocab for i in ids):
+            raise ValueError(f"prompt ids must be in [0, {vocab})")
+        return ids
+
+    # ---- decoding ------------------------------------------------------------------------------------
+    def knobs(self, **opts: Any) -> tuple[Knobs, int | None]:
+        """Split keyword options into decoding knobs and a seed; unknown options are an error."""
+        seed = opts.pop("seed", None)
+        opts.pop("tools", None)
+        opts.pop("stop_ids", None)
+        if "max_tokens" in opts:
+            opts["max_new_tokens"] = opts.pop("max_tokens")
+        clean = {k: v for k, v in opts.items() if v is not None}
+        unknown = set(clean) - set(Knobs.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown generation option(s): {', '.join(sorted(unknown))}")
+        return Knobs(**clean), seed
+
+    def _steps(self, session: Session, ids: list[int], knobs: Knobs, seed: int | None, run: _Run,
+               stop_ids: frozenset[int]) -> Iterator[Commit]:
+        """The whole generation as a generator; each ``next`` is one forward pass (or the prefill)."""
+        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        cfg = self.model.cfg
+        ctx = cfg.max_position_embeddings
+        room = ctx - len(ids) - 2 * (knobs.block_size or cfg.block_size)
+        if room < 1:
+            raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({ctx})")
+        knobs = Knobs(**{**knobs.__dict__, "max_new_tokens": min(knobs.max_new_tokens, room)})
+        if cfg.bidirectional:
+            yield from _bidirectional_steps(self.model, ids, knobs, stop_ids, seed)
+            return
+        policy = resolve(cfg, knobs, stop_ids, self.trained_block_sizes)
+        t = time.perf_counter()
+        session.prefill_now(ids, policy.block_size)
+        state = session.state(len(ids) + policy.max_new_tokens + 2 * policy.block_size)
+        run.prefill_ms = (time.perf_counter() - t) * 1000
+        yield Commit([], 0, False)  # a step boundary: cancellation may land between prefill and decoding
+        yield from bc.decode(cfg, state, list(ids), policy, state.last_logits, generator)
+
+    async def stream(self, prompt: Prompt, session: Session | None = None, **opts: Any) -> AsyncIterator[str]:
+        """Final text pieces as they are decoded. Cancelling frees the session's cache memory.
+
+        Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold,
+        passes_per_block, sub_block, temperature, top_p, top_k, seed, tools, stop_ids (extra stop ids).
+        """
+        tools = opts.get("tools")
+        knobs, seed = self.knobs(**opts)
+        ids = self.prompt_ids(prompt, tools)
+        session = session or self.new_session()
+        run = _Run(self.tokenizer, len(ids))
+        steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()))
+        loop = asyncio.get_running_loop()
+        cancelled = False
+        try:
+            while True:
+                commit = await loop.run_in_executor(self.worker, next, steps, None)
+                if commit is None:
+                    break
+                piece = run.take(commit, knobs.max_new_tokens)
+                if piece:
+                    yield piece
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            # Runs after any in-flight pass (the worker is FIFO): close the generator, free on cancel.
+            self.worker.submit(_finish, steps, session if cancelled else None)
+            session.last_result = run.result()
+
+    def generate(self, prompt: Prompt, session: Session | None = None,
+                 on_piece: Callable[[str], None] | None = None, **opts: Any) -> GenerationResult:
+        """Blocking generation; ``on_piece`` sees each text piece as it becomes final."""
+        tools = opts.get("tools")
+        knobs, seed = self.knobs(**opts)
+        ids = self.prompt_ids(prompt, tools)
+        session = session or self.new_session()
+        run = _Run(self.tokenizer, len(ids))
+        steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()))
+        try:
+            while (commit := self.run_on_worker(next, steps, None)) is not None:
+                piece = run.take(commit, knobs.max_new_tokens)
+                if piece and on_piece is not None:
+                    on_piece(piece)
+        finally:
+            self.run_on_worker(steps.close)
+        session.last_result = run.result()
+        return session.last_result
+
+
+def _finish(steps: Iterator[Commit], session: Session | None) -> None:
+    steps.close()  # type: ignore[attr-defined]
+    if session is not None:
+        session.release()
+
+
+def _bidirectional_steps(
+    model: Transformer, ids: list[int], knobs: Knobs, stop_ids: frozenset[int], seed: int | None
+) -> Iterator[Commit]:
+    """THE HOOK for fully bidirectional families: their samplers own the canvas and its cache."""
+    cfg = model.cfg
+    if cfg.model_type == "llada":
+        from dlm.decoding.llada import stream_generate
+    elif cfg.model_type == "dream":
+        from dlm.decoding.dream import stream_generate
+    else:
+        raise NotImplementedError(f"no bidirectional sampler for model_type {cfg.model_type!r}")
+    effort = knobs.effort or "medium"
+    threshold = knobs.threshold
+    steps = knobs.passes_per_block
+    if threshold is None and steps is None:
+        threshold = {"low": 0.7, "medium": 0.9, "high": None}[effort]
+        steps = None if threshold is not None else (knobs.block_size or cfg.block_size)
+    params = DecodeParams(
+        max_new_tokens=knobs.max_new_tokens, block_size=knobs.block_size, threshold=threshold,
+        steps_per_block=steps, temperature=knobs.temperature, top_p=knobs.top_p, seed=seed, stop_ids=stop_ids,
+    )
+    yield Commit([], 0, False)
+    yield from stream_generate(model, ids, params, cfg.mask_token_id, stop_ids)
