@@ -1,0 +1,7 @@
+"""``python -m voice``: see :mod:`voice.cli`."""
+
+import sys
+
+from voice.cli import main
+
+sys.exit(main())

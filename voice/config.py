@@ -1,0 +1,176 @@
+"""The pipeline's configuration: one dataclass per stage, loaded from a named TOML file in ``configs/``.
+
+Every named config is read on top of ``configs/default.toml`` (so a profile such as ``phone`` only says
+what differs), and every key is checked against the dataclasses: a typo in a config file is an error
+that names the key, not a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+
+from voice.asr import AsrConfig
+from voice.chunker import ChunkerConfig
+from voice.tts import TtsConfig
+from voice.vad import VadConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "configs"
+DEFAULT_NAME = "default"
+
+
+class ConfigError(ValueError):
+    """A config file that is missing, malformed or names settings that do not exist."""
+
+
+BargeIn = Literal["vad", "ignore_while_speaking"]
+
+
+@dataclass(frozen=True)
+class LmConfig:
+    """Which checkpoint answers and how it decodes."""
+
+    checkpoint: str = "dlm/assets/demo"
+    """Checkpoint directory; relative paths are resolved against the repository root."""
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = 2
+    system_prompt: str = "You are a helpful voice assistant. Answer in one or two short spoken sentences."
+    max_new_tokens: int = 96
+    block_size: int | None = None
+    threshold: float | None = 0.9
+    temperature: float = 0.0
+    tools: bool = True
+    """Let the model call the tools of ``dlm.tools`` (results go back to it before it answers)."""
+    max_tool_rounds: int = 2
+
+    def checkpoint_path(self) -> Path:
+        path = Path(self.checkpoint).expanduser()
+        return path if path.is_absolute() else ROOT / path
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    """Turn-taking and the latency-saving tricks (each one can be switched off for the baseline)."""
+
+    barge_in: BargeIn = "vad"
+    """``vad``: speech while the assistant talks interrupts it. ``ignore_while_speaking``: input is
+    dropped until the assistant's audio has played out (speakerphones without echo cancellation)."""
+    barge_in_min_ms: int = 300
+    """Speech must last this long before it interrupts, so a cough or a click does not."""
+    speculative_asr: bool = True
+    """Run the final ASR pass when silence starts, not when the hangover ends."""
+    prefill_during_speech: bool = True
+    """Prefill confirmed partial words into the LM cache while the person is still talking."""
+    stream_tts: bool = True
+    """Speak each clause as it completes; off: synthesise the whole reply at once."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str = DEFAULT_NAME
+    output_rate: int = 24000
+    """Rate of the assistant audio handed to the transport."""
+    vad: VadConfig = field(default_factory=VadConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
+    lm: LmConfig = field(default_factory=LmConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
+    turn: TurnConfig = field(default_factory=TurnConfig)
+
+    def replace(self, **sections: dict[str, Any]) -> PipelineConfig:
+        """A copy with some fields of some sections changed: ``cfg.replace(turn={"stream_tts": False})``."""
+        changes = {
+            name: dataclasses.replace(getattr(self, name), **values) if isinstance(values, dict) else values
+            for name, values in sections.items()
+        }
+        return dataclasses.replace(self, **changes)
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    """Coerce ints to floats where a float is expected and reject anything else that does not fit."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        for option in options:
+            try:
+                return _check_type(value, option, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: {value!r} does not fit {hint}")
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, typing.get_args(hint)))}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool) and (type(value) is not hint):
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a table, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    kwargs = {}
+    for name, value in values.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value, f"{where}.{name}")
+        else:
+            kwargs[name] = _check_type(value, hint, f"{where}.{name}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+
+
+def config_path(name: str) -> Path:
+    """``configs/NAME.toml`` for a bare name, else the path itself."""
+    if name.endswith(".toml") or "/" in name:
+        return Path(name)
+    path = CONFIG_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+        raise ConfigError(f"no config named {name!r}; available: {', '.join(known)}")
+    return path
+
+
+def load_config(name: str = DEFAULT_NAME) -> PipelineConfig:
+    """The named config (or a TOML path) over ``configs/default.toml``."""
+    values = _read_toml(CONFIG_DIR / f"{DEFAULT_NAME}.toml")
+    path = config_path(name)
+    if path.resolve() != (CONFIG_DIR / f"{DEFAULT_NAME}.toml").resolve():
+        values = _merge(values, _read_toml(path))
+    values["name"] = path.stem
+    return _build(PipelineConfig, values, str(path))

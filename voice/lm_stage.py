@@ -1,0 +1,195 @@
+"""The thinking stage: the conversation's LM session, its history, prefill while the caller talks, tool calls.
+
+The engine keeps the conversation's KV cache in a session; this stage keeps the messages that cache
+stands for. While the caller speaks, the confirmed words are rendered as the start of the next user
+message and prefilled, so that when the turn ends the engine only has the tail of the prompt left to
+process (it rolls its cache back to the longest common prefix when the final transcript differs).
+Tool calls arrive inside the reply text as ``<tool_call>{...}</tool_call>``; they are cut out of what
+is spoken, run with :mod:`dlm.tools`, and their results go back to the model for another round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from dlm.tools import ToolSession
+from voice.config import LmConfig
+
+TOOL_OPEN = "<tool_call>"
+TOOL_CLOSE = "</tool_call>"
+_CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
+"""Placed at the end of a partial user message so the rendered prompt can be cut right after its words."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    result: str
+
+
+class ToolCallSplitter:
+    """Separates speakable text from tool calls in a stream of text pieces.
+
+    Text that might be the start of ``<tool_call>`` is held back until it is known not to be, so no
+    part of a call is ever spoken.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = ""
+
+    def push(self, piece: str) -> tuple[str, str | None]:
+        """Return ``(speakable text, body of a completed tool call or None)``."""
+        self._buffer += piece
+        start = self._buffer.find(TOOL_OPEN)
+        if start < 0:
+            keep = _partial_tag_len(self._buffer)
+            text, self._buffer = self._buffer[: len(self._buffer) - keep], self._buffer[len(self._buffer) - keep :]
+            return text, None
+        end = self._buffer.find(TOOL_CLOSE, start)
+        if end < 0:
+            text, self._buffer = self._buffer[:start], self._buffer[start:]
+            return text, None
+        text, body = self._buffer[:start], self._buffer[start + len(TOOL_OPEN) : end]
+        self._buffer = self._buffer[end + len(TOOL_CLOSE) :]
+        return text, body
+
+    def flush(self) -> str:
+        """The end of the stream: an unfinished tool call is dropped, held-back text is released."""
+        rest, self._buffer = self._buffer, ""
+        return "" if TOOL_OPEN in rest else rest
+
+
+def _partial_tag_len(text: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``<tool_call>``."""
+    for n in range(min(len(text), len(TOOL_OPEN) - 1), 0, -1):
+        if TOOL_OPEN.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def parse_tool_call(body: str) -> tuple[str, dict[str, Any]]:
+    """``{"name": ..., "arguments": {...}}`` -> (name, arguments); a malformed call raises ValueError."""
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"tool call is not JSON: {err.msg}") from None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ValueError("tool call needs a string 'name'")
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        arguments = json.loads(arguments or "{}")
+    if not isinstance(arguments, dict):
+        raise ValueError("tool call 'arguments' must be an object")
+    return call["name"], arguments
+
+
+class LmStage:
+    """One conversation with the engine: history, session cache, prefill and streamed replies."""
+
+    def __init__(self, engine: Any, config: LmConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.session = engine.new_session()
+        self.history: list[dict[str, str]] = []
+        if config.system_prompt:
+            self.history.append({"role": "system", "content": config.system_prompt})
+        self.tools = ToolSession()
+        self._lock = asyncio.Lock()  # one engine call on the session at a time
+        self._prefill_wanted: str | None = None
+        self._prefilled: str | None = None
+
+    def _stream_options(self) -> dict[str, Any]:
+        cfg = self.config
+        options: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature,
+                                   "threshold": cfg.threshold}
+        if cfg.block_size is not None:
+            options["block_size"] = cfg.block_size
+        if cfg.tools:
+            options["tools"] = True
+        return options
+
+    def partial_prompt_ids(self, user_text: str) -> list[int]:
+        """Token ids of the history plus the start of a user message holding ``user_text`` (no end marker)."""
+        messages = [*self.history, {"role": "user", "content": user_text + _CUT_MARK}]
+        rendered = self.engine.render_prompt(messages, add_generation_prompt=False)
+        return self.engine.tokenizer.encode(rendered[: rendered.index(_CUT_MARK)])
+
+    async def prefill_partial(self, user_text: str) -> bool:
+        """Best effort: prefill the confirmed words so far; skipped while a reply holds the session.
+
+        Calls that arrive while one prefill runs coalesce: only the newest text is prefilled next.
+        """
+        self._prefill_wanted = user_text
+        if self._lock.locked():
+            return False
+        async with self._lock:
+            while self._prefill_wanted is not None and self._prefill_wanted != self._prefilled:
+                text, self._prefill_wanted = self._prefill_wanted, None
+                ids = self.partial_prompt_ids(text)
+                result = self.session.prefill(ids)
+                if inspect.isawaitable(result):
+                    await result
+                self._prefilled = text
+        return True
+
+    async def reply(self, user_text: str | None) -> AsyncIterator[str | ToolCall]:
+        """Stream the answer to ``user_text`` (None: to the history as it is): speakable text and tool calls.
+
+        The user message joins the history at once; the assistant's message is added by
+        :meth:`record_reply` with what was actually said.
+        """
+        if user_text is not None:
+            self.history.append({"role": "user", "content": user_text})
+        async with self._lock:
+            self._prefilled = None
+            for round_no in range(self.config.max_tool_rounds + 1):
+                splitter, said = ToolCallSplitter(), []
+                call_body: str | None = None
+                async for piece in self.engine.stream(self.history, session=self.session, **self._stream_options()):
+                    text, call_body = splitter.push(piece)
+                    if text:
+                        said.append(text)
+                        yield text
+                    if call_body is not None:
+                        break
+                if call_body is None or round_no == self.config.max_tool_rounds:
+                    if tail := splitter.flush():
+                        yield tail
+                    return
+                call = self._run_tool(call_body)
+                self.history.append(
+                    {"role": "assistant", "content": "".join(said) + TOOL_OPEN + call_body + TOOL_CLOSE}
+                )
+                self.history.append({"role": "tool", "content": call.result})
+                yield call
+
+    def _run_tool(self, body: str) -> ToolCall:
+        try:
+            name, arguments = parse_tool_call(body)
+        except ValueError as err:
+            return ToolCall("invalid", {}, json.dumps({"error": str(err)}))
+        return ToolCall(name, arguments, self.tools.run_safely(name, arguments))
+
+    def record_reply(self, text: str) -> None:
+        """The assistant's final message of this turn: the words the caller heard."""
+        if text.strip():
+            self.history.append({"role": "assistant", "content": text.strip()})
+
+    def amend_last_reply(self, text: str) -> None:
+        """A barge-in after the reply was recorded: keep only ``text`` of it."""
+        if self.history and self.history[-1]["role"] == "assistant":
+            if text.strip():
+                self.history[-1]["content"] = text.strip()
+            else:
+                self.history.pop()
+
+    def close(self) -> None:
+        close = getattr(self.session, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,472 @@
+"""One caller's live conversation: audio in -> VAD -> streaming ASR -> LM -> clause TTS -> audio out.
+
+Stages are asyncio tasks between queues. The input task owns the caller's audio (resampling, VAD,
+feeding the turn's transcriber); each turn gets a partials task (transcript deltas, LM prefill) and a
+finishing task (the final transcript); each reply gets an LM task and a TTS task joined by a clause
+queue. Cancellation has one mechanism: an audio generation number that every reply's audio carries,
+bumped on barge-in or cancel, so audio of an old generation never reaches the transport even if a
+task is already past its last await.
+
+Barge-in happens in two steps so that a cough cannot silence the assistant: once the caller's speech
+has lasted ``barge_in_min_ms`` the audio stops (AudioCleared) and the reply is paused; when the
+interruption proves to be words (a partial or a final transcript) the reply is dropped and the history
+keeps only what the transport says was played; if it proves to be noise the reply resumes from the
+clause that was cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+
+from voice.asr import StreamingTranscriber
+from voice.audio import PcmFrame, Resampler, as_pcm16, check_rate
+from voice.chunker import ClauseChunker
+from voice.config import PipelineConfig
+from voice.events import (
+    AudioCleared,
+    AudioOut,
+    PipelineError,
+    PipelineEvent,
+    ReplyTextDelta,
+    ResponseDone,
+    SpeechStarted,
+    SpeechStopped,
+    ToolCallEvent,
+    TranscriptCompleted,
+    TranscriptDelta,
+)
+from voice.lm_stage import LmStage, ToolCall
+from voice.resources import Resources
+from voice.trace import TurnTrace
+from voice.tts_stage import END_OF_REPLY, speak_clauses
+from voice.turn import Reply, Turn
+from voice.vad import VAD_RATE, TurnDetector, VadEvent, VadEventKind
+
+SILENCE_LEVEL = 64
+"""Samples at or below this magnitude (-54 dBFS) count as silence when finding the first audible one."""
+INPUT_QUEUE_FRAMES = 1000
+"""Caller audio waiting for the input task (~20 s of 20 ms frames) before push_audio applies backpressure."""
+
+ARRIVALS_KEPT = 3000
+"""Recent input frames remembered for mapping audio time to arrival time (~60 s of 20 ms frames)."""
+
+_Command = Callable[[], None]
+TraceSink = Callable[[dict[str, Any]], None]
+
+
+def first_audible(pcm: np.ndarray) -> int | None:
+    """Index of the first non-silent sample, or None for a silent chunk."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SILENCE_LEVEL)
+    return int(loud[0]) if len(loud) else None
+
+
+class VoicePipeline:
+    """Implements :class:`voice.events.Conversation` over loaded :class:`Resources`."""
+
+    def __init__(
+        self, resources: Resources, config: PipelineConfig | None = None, on_trace: TraceSink | None = None
+    ) -> None:
+        self.config = config or resources.config
+        self.resources = resources
+        self.output_rate = check_rate(self.config.output_rate)
+        self._on_trace = on_trace
+        self._lm = LmStage(resources.engine, self.config.lm)
+        self._events: asyncio.Queue[PipelineEvent | None] = asyncio.Queue()
+        self._input: asyncio.Queue[PcmFrame | _Command] = asyncio.Queue(maxsize=INPUT_QUEUE_FRAMES)
+        self._resamplers: dict[int, Resampler] = {}
+        self._arrivals: deque[tuple[float, float, float]] = deque(maxlen=ARRIVALS_KEPT)
+        self._vad = TurnDetector(self.config.vad)
+        self._vad_muted = False
+        self._turn: Turn | None = None  # the turn the caller is speaking now
+        self._reply: Reply | None = None  # the latest reply
+        self._unanswered: str | None = None  # a transcript whose reply waits for the caller to finish
+        self._next_turn = 1
+        self._audio_gen = 0
+        self._background: set[asyncio.Task[Any]] = set()
+        self._finishing = 0
+        self._closed = False
+        self._input_task = asyncio.get_running_loop().create_task(self._input_loop())
+
+    # ----- the Conversation protocol -------------------------------------------------------------
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int, timestamp: float | None = None) -> None:
+        """Caller audio; ``timestamp``: audio time of its first sample (default: it ends now, as captured)."""
+        now = time.monotonic()
+        pcm = as_pcm16(pcm)
+        frame = PcmFrame(pcm, sample_rate, now - len(pcm) / sample_rate if timestamp is None else timestamp)
+        self._arrivals.append((frame.timestamp, frame.end_time, now))
+        await self._input.put(frame)
+
+    async def events(self) -> AsyncIterator[PipelineEvent]:
+        while (event := await self._events.get()) is not None:
+            yield event
+
+    def played(self, turn_id: int, samples: int) -> None:
+        """``samples``: cumulative count of this turn's assistant audio that reached the caller."""
+        reply = self._reply
+        if reply is not None and reply.turn_id == turn_id:
+            reply.played_reported = max(reply.played_reported or 0, samples)
+
+    async def commit_turn(self) -> None:
+        await self._input.put(lambda: self._handle_vad(self._vad.force_end(time.monotonic())))
+
+    async def clear_input(self) -> None:
+        def clear() -> None:
+            self._vad = TurnDetector(self.config.vad)
+            self._drop_turn()
+
+        await self._input.put(clear)
+
+    async def respond(self, text: str | None = None) -> None:
+        turn_id = self._new_turn_id()
+        trace = TurnTrace(turn_id)
+        trace.mark("speech_end")
+        trace.mark("asr_final")
+        if text is not None:
+            trace.transcript = text
+        self._cut_reply()
+        self._start_reply(turn_id, trace, text)
+
+    async def cancel_response(self) -> None:
+        self._cut_reply()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [self._input_task, *self._background]
+        if self._turn is not None:
+            tasks += [t for t in (self._turn.partials_task,) if t is not None]
+        if self._reply is not None:
+            tasks += self._reply.tasks()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._lm.close()
+        self._events.put_nowait(None)
+
+    # ----- driving the pipeline faster than real time ------------------------------------------
+
+    async def settle(self) -> None:
+        """Wait until the audio pushed so far is processed and no partial ASR pass is running.
+
+        File mode's ``--fast`` calls this between frames so that partial transcripts, prefill and the
+        speculative final happen at the same audio positions as they would live.
+        """
+        while not self._input.empty():
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        if self._turn is not None:
+            await self._turn.transcriber.idle()
+
+    @property
+    def in_turn(self) -> bool:
+        """The caller is speaking (a turn has started and not ended)."""
+        return self._turn is not None
+
+    def thinking(self) -> bool:
+        """A finished turn awaits its transcript, or a reply is still being produced."""
+        return self._finishing > 0 or (self._reply is not None and self._reply.producing)
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """The conversation as the LM sees it."""
+        return self._lm.history
+
+    # ----- input: audio -> VAD -> transcriber ----------------------------------------------------
+
+    async def _input_loop(self) -> None:
+        try:
+            while True:
+                item = await self._input.get()
+                if isinstance(item, PcmFrame):
+                    self._process_audio(item)
+                else:
+                    item()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a bug must not kill the session silently
+            self._emit(PipelineError(f"input stage failed: {err!r}", "input_failed"))
+
+    def _process_audio(self, frame: PcmFrame) -> None:
+        if self.config.turn.barge_in == "ignore_while_speaking" and self._assistant_audible():
+            self._vad_muted = True
+            return
+        if self._vad_muted:  # the assistant stopped talking: listen afresh, not from mid-echo
+            self._vad_muted = False
+            self._vad = TurnDetector(self.config.vad)
+            self._drop_turn()
+        resampler = self._resamplers.get(frame.sample_rate)
+        if resampler is None:
+            resampler = self._resamplers[frame.sample_rate] = Resampler(frame.sample_rate, VAD_RATE)
+        pcm = resampler.process(frame.samples)
+        if len(pcm):
+            self._handle_vad(self._vad.process(PcmFrame(pcm, VAD_RATE, frame.timestamp)))
+
+    def _arrival(self, audio_time: float) -> float:
+        """When the pipeline had the audio of ``audio_time``: the arrival of its frame, less what followed it.
+
+        Live, frame timestamps are capture times and this is (nearly) the identity; a file fed faster
+        than real time carries audio times far ahead of the clock, and this maps them back to the clock.
+        """
+        for start, end, arrived in reversed(self._arrivals):
+            if start <= audio_time:
+                return arrived - max(0.0, end - audio_time)
+        return audio_time
+
+    def _handle_vad(self, events: list[VadEvent]) -> None:
+        for event in events:
+            kind = event.kind
+            if kind is VadEventKind.SPEECH_STARTED:
+                self._on_speech_started(event)
+            elif self._turn is None:
+                continue
+            elif kind is VadEventKind.AUDIO:
+                self._on_turn_audio(self._turn, event)
+            elif kind is VadEventKind.SILENCE_STARTED:
+                self._turn.trace.mark("silence_started", self._arrival(event.timestamp))
+                if self.config.turn.speculative_asr:
+                    self._turn.transcriber.start_final()
+            elif kind is VadEventKind.SPEECH_RESUMED:
+                self._turn.transcriber.discard_final()
+                self._turn.trace.stamps.pop("silence_started", None)
+                self._turn.discarded_finals += 1
+            elif kind is VadEventKind.TURN_ENDED:
+                self._on_turn_ended(self._turn, event)
+
+    def _on_speech_started(self, event: VadEvent) -> None:
+        self._drop_turn()
+        turn_id = self._new_turn_id()
+        trace = TurnTrace(turn_id)
+        trace.mark("speech_started", self._arrival(event.timestamp))
+        turn = Turn(turn_id, trace, StreamingTranscriber(self.resources.asr), event.timestamp)
+        if self.config.turn.barge_in == "vad" and self._assistant_audible():
+            turn.interrupts = self._reply
+        turn.transcriber.start_turn(event.audio)
+        turn.partials_task = asyncio.get_running_loop().create_task(self._partials_loop(turn))
+        self._turn = turn
+        self._emit(SpeechStarted(self._arrival(event.timestamp), interrupted_reply=turn.interrupts is not None))
+
+    def _on_turn_audio(self, turn: Turn, event: VadEvent) -> None:
+        turn.transcriber.feed(event.audio)
+        reply = turn.interrupts
+        heard_ms = 1000 * (event.timestamp - turn.started_at)
+        if reply is not None and not reply.paused and heard_ms >= self.config.turn.barge_in_min_ms:
+            turn.trace.mark("barge_in", self._arrival(event.timestamp))
+            self._pause(reply)
+
+    def _on_turn_ended(self, turn: Turn, event: VadEvent) -> None:
+        turn.ended = True
+        self._turn = None
+        assert event.speech_end is not None
+        turn.trace.mark("speech_end", self._arrival(event.speech_end))
+        turn.trace.mark("turn_end_detected", self._arrival(event.timestamp))
+        self._emit(SpeechStopped(self._arrival(event.timestamp)))
+        self._finishing += 1
+        self._spawn(self._finish_turn(turn))
+
+    def _drop_turn(self) -> None:
+        """Forget the turn being spoken (cleared input, or a new turn replacing it)."""
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            turn.transcriber.reset()
+            if turn.partials_task is not None:
+                turn.partials_task.cancel()
+
+    async def _partials_loop(self, turn: Turn) -> None:
+        """Transcript deltas out; confirmed words prefilled; an interruption confirmed as speech."""
+        while True:
+            partial = await turn.transcriber.partials.get()
+            turn.trace.mark("first_partial")
+            self._emit(TranscriptDelta(turn.id, partial.confirmed, partial.tentative))
+            if turn.interrupts is not None and turn.interrupts.paused and partial.text:
+                self._drop(turn.interrupts)  # the interruption is words, not noise
+            if self.config.turn.prefill_during_speech and partial.newly_confirmed:
+                history_ready = self._reply is None or self._reply.finished
+                if history_ready and await self._lm.prefill_partial(self._user_text(partial.confirmed)):
+                    turn.trace.stamps["last_prefill_done"] = time.monotonic()
+
+    async def _finish_turn(self, turn: Turn) -> None:
+        try:
+            if turn.partials_task is not None:
+                turn.partials_task.cancel()
+            final = await turn.transcriber.final()
+            turn.trace.mark("asr_final")
+            text = final.text.strip()
+            reply = turn.interrupts
+            if not text:  # noise or silence: no turn after all
+                if reply is not None and reply.paused and not reply.dropped:
+                    self._resume(reply)
+                elif self._unanswered is not None and self._turn is None:
+                    self._answer_pending(turn)
+                return
+            turn.trace.transcript = text
+            self._emit(TranscriptCompleted(turn.id, text))
+            self._cut_reply()
+            if self._turn is not None:  # the caller already goes on talking: answer both together
+                self._unanswered = self._user_text(text)
+                return
+            self._start_reply(turn.id, turn.trace, self._user_text(text), turn.discarded_finals)
+        finally:
+            self._finishing -= 1
+
+    def _user_text(self, text: str) -> str:
+        """A transcript still unanswered from an earlier turn joins the new one into one user message."""
+        return f"{self._unanswered} {text}" if self._unanswered else text
+
+    def _answer_pending(self, turn: Turn) -> None:
+        text, self._unanswered = self._unanswered, None
+        turn.trace.transcript = text or ""
+        self._start_reply(turn.id, turn.trace, text, turn.discarded_finals)
+
+    # ----- replies: LM -> clauses -> TTS -> audio ------------------------------------------------
+
+    def _start_reply(
+        self, turn_id: int, trace: TurnTrace, user_text: str | None, discarded_finals: int = 0
+    ) -> None:
+        self._unanswered = None
+        self._audio_gen += 1
+        reply = Reply(turn_id, trace, self.output_rate, discarded_finals=discarded_finals)
+        self._reply = reply
+        loop = asyncio.get_running_loop()
+        reply.lm_task = loop.create_task(self._think(reply, user_text))
+        reply.tts_task = loop.create_task(self._speak(reply, self._audio_gen))
+
+    async def _think(self, reply: Reply, user_text: str | None) -> None:
+        streaming = self.config.turn.stream_tts
+        chunker = ClauseChunker(self.config.chunker)
+        tools = 0
+        try:
+            async for out in self._lm.reply(user_text):
+                if isinstance(out, ToolCall):
+                    tools += 1
+                    reply.trace.mark(f"tool_call_{tools}")
+                    self._emit(ToolCallEvent(reply.turn_id, out.name, out.arguments, out.result))
+                    continue
+                reply.trace.mark("lm_first_text")
+                reply.text.append(out)
+                self._emit(ReplyTextDelta(reply.turn_id, out))
+                for clause in chunker.push(out) if streaming else ():
+                    reply.trace.mark("first_clause")
+                    reply.clauses.put_nowait(clause)
+            reply.trace.mark("lm_done")
+            for clause in chunker.flush() if streaming else [" ".join("".join(reply.text).split())]:
+                reply.clauses.put_nowait(clause)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._emit(PipelineError(f"the language model failed: {err!r}", "lm_failed"))
+        finally:
+            reply.lm_done = True
+            reply.clauses.put_nowait(END_OF_REPLY)
+
+    async def _speak(self, reply: Reply, generation: int) -> None:
+        async def sink(pcm: np.ndarray) -> None:
+            self._emit_audio(reply, generation, pcm)
+
+        try:
+            await speak_clauses(
+                reply.clauses, self.resources.tts, self.output_rate, reply.log, sink,
+                lambda: reply.trace.mark("tts_first_audio"),
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._emit(PipelineError(f"text to speech failed: {err!r}", "tts_failed"))
+        if generation == self._audio_gen and not reply.finished:
+            self._finish(reply, "".join(reply.text), cancelled=False)
+
+    def _emit_audio(self, reply: Reply, generation: int, pcm: np.ndarray) -> None:
+        if generation != self._audio_gen:
+            return  # a barge-in or cancel made this audio stale
+        now = time.monotonic()
+        if (idx := first_audible(pcm)) is not None:
+            reply.trace.mark("first_audio_out", now + idx / self.output_rate)
+        reply.note_emitted(len(pcm), now)
+        self._emit(AudioOut(reply.turn_id, pcm, self.output_rate))
+
+    def _assistant_audible(self) -> bool:
+        return self._reply is not None and self._reply.audible()
+
+    def _pause(self, reply: Reply) -> None:
+        """Stop the reply's audio now (barge-in); the LM keeps going until the interruption is judged."""
+        self._audio_gen += 1
+        reply.paused = True
+        reply.paused_at_sample = reply.played()
+        if reply.tts_task is not None:
+            reply.tts_task.cancel()
+        reply.trace.interrupted = True
+        self._emit(AudioCleared(reply.turn_id))
+
+    def _resume(self, reply: Reply) -> None:
+        """The interruption was noise: speak again from the clause that was cut."""
+        leftover: list[str | None] = []
+        while not reply.clauses.empty():
+            leftover.append(reply.clauses.get_nowait())
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        for clause in [*reply.log.rewind(reply.paused_at_sample), *leftover]:
+            queue.put_nowait(clause)
+        if reply.lm_done and END_OF_REPLY not in leftover:
+            queue.put_nowait(END_OF_REPLY)
+        reply.clauses, reply.paused = queue, False
+        reply.trace.interrupted = False
+        self._audio_gen += 1
+        reply.tts_task = asyncio.get_running_loop().create_task(self._speak(reply, self._audio_gen))
+
+    def _drop(self, reply: Reply) -> None:
+        """End a paused reply for good; the history keeps only the words that were played."""
+        if reply.dropped:
+            return
+        reply.dropped = True
+        if reply.lm_task is not None:
+            reply.lm_task.cancel()
+        heard = reply.log.heard(reply.paused_at_sample)
+        if reply.finished:
+            self._lm.amend_last_reply(heard)
+        else:
+            self._finish(reply, heard, cancelled=True)
+
+    def _cut_reply(self) -> None:
+        """Stop the latest reply if it is still being produced, audible or paused (barge-in, cancel, new reply)."""
+        reply = self._reply
+        if reply is None or reply.dropped or not (reply.producing or reply.paused or reply.audible()):
+            return
+        if not reply.paused:
+            self._pause(reply)
+        self._drop(reply)
+
+    def _finish(self, reply: Reply, text: str, cancelled: bool) -> None:
+        reply.finished = True
+        text = " ".join(text.split())
+        self._lm.record_reply(text)
+        reply.trace.reply = text
+        record = reply.trace.to_dict()
+        record["speculative_finals_discarded"] = reply.discarded_finals
+        self.resources.metrics.observe(record)
+        if self._on_trace is not None:
+            self._on_trace(record)
+        self._emit(ResponseDone(reply.turn_id, text, cancelled, record))
+
+    # ----- plumbing --------------------------------------------------------------------------
+
+    def _emit(self, event: PipelineEvent) -> None:
+        if not self._closed:
+            self._events.put_nowait(event)
+
+    def _new_turn_id(self) -> int:
+        turn_id, self._next_turn = self._next_turn, self._next_turn + 1
+        return turn_id
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

@@ -1,0 +1,92 @@
+"""The state of one caller turn and of one assistant reply, as the pipeline tracks them.
+
+Kept apart from the pipeline's control flow so the rules that decide turn-taking (is the assistant
+still audible? how much of it was heard?) read as small methods on plain data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from voice.asr import StreamingTranscriber
+from voice.trace import TurnTrace
+from voice.tts_stage import SpokenLog
+
+
+@dataclass(eq=False)
+class Reply:
+    """One assistant reply: its tasks, the text the LM produced, and what of its audio went out."""
+
+    turn_id: int
+    trace: TurnTrace
+    output_rate: int
+    clauses: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    log: SpokenLog = field(default_factory=SpokenLog)
+    text: list[str] = field(default_factory=list)
+    """Speakable text the LM produced, in order."""
+    lm_task: asyncio.Task[None] | None = None
+    tts_task: asyncio.Task[None] | None = None
+    lm_done: bool = False
+    paused: bool = False
+    """A barge-in stopped the audio; the reply is dropped once the interruption proves to be speech."""
+    paused_at_sample: int = 0
+    dropped: bool = False
+    """Cut off for good; its history entry holds only what was heard."""
+    discarded_finals: int = 0
+    """Speculative final transcripts of its turn thrown away because the caller resumed speaking."""
+    finished: bool = False
+    """ResponseDone went out (all audio handed over, or the reply was dropped)."""
+    played_reported: int | None = None
+    """Cumulative samples the transport says it played; None while it has said nothing."""
+    first_emit_at: float | None = None
+    playout_until: float = 0.0
+    """When the audio handed over so far ends, if the transport plays it in real time from the start."""
+
+    def note_emitted(self, samples: int, now: float) -> None:
+        if self.first_emit_at is None:
+            self.first_emit_at = now
+        self.playout_until = max(self.playout_until, now) + samples / self.output_rate
+
+    def played(self, now: float | None = None) -> int:
+        """Samples the caller has heard: the transport's report, else a real-time estimate."""
+        if self.played_reported is not None:
+            return min(self.played_reported, self.log.total)
+        if self.first_emit_at is None:
+            return 0
+        now = time.monotonic() if now is None else now
+        return min(self.log.total, int((now - self.first_emit_at) * self.output_rate))
+
+    @property
+    def producing(self) -> bool:
+        """LM or TTS still working for the caller (a paused reply is not)."""
+        return not self.paused and not self.finished
+
+    def audible(self, now: float | None = None) -> bool:
+        """Whether the assistant is still talking (or about to): the window in which speech is a barge-in."""
+        if self.producing:
+            return True
+        if self.paused or self.log.total == 0:
+            return False
+        if self.played_reported is not None:
+            return self.played_reported < self.log.total
+        return (time.monotonic() if now is None else now) < self.playout_until
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [t for t in (self.lm_task, self.tts_task) if t is not None]
+
+
+@dataclass(eq=False)
+class Turn:
+    """One stretch of caller speech, from the VAD's start to its end of turn."""
+
+    id: int
+    trace: TurnTrace
+    transcriber: StreamingTranscriber
+    started_at: float
+    interrupts: Reply | None = None
+    """The reply that was audible when this speech began: paused after ``barge_in_min_ms`` of it."""
+    partials_task: asyncio.Task[None] | None = None
+    ended: bool = False
+    discarded_finals: int = 0
