@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,9 @@ from voice.local_agreement import LocalAgreement
 from voice.models import whisper_model_dir
 
 ASR_RATE = 16000
+_SPEECH_TAIL_S = 0.05
+"""Audio a pass must have heard past the end of speech to stand in for the final pass."""
+_LOG = logging.getLogger(__name__)
 
 PHANTOM_PHRASES = frozenset(
     {
@@ -148,15 +153,12 @@ class WhisperAsr:
         logprob = float(np.mean([s.avg_logprob for s in segments]))
         return text, no_speech, logprob
 
-    def transcribe(self, samples: np.ndarray, check_length: bool = True) -> Transcription:
-        """Blocking: transcribe 16 kHz PCM and apply the hallucination guard.
-
-        ``check_length=False`` skips the too-short check, for early partials of a turn just begun.
-        """
+    def transcribe(self, samples: np.ndarray) -> Transcription:
+        """Blocking: transcribe 16 kHz PCM and apply the hallucination guard."""
         pcm = as_pcm16(samples)
         audio_ms = 1000 * len(pcm) / ASR_RATE
         cfg = self.config
-        if check_length and audio_ms < cfg.min_audio_ms:
+        if audio_ms < cfg.min_audio_ms:
             return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "too_short")
         if rms(pcm) < cfg.min_rms:
             return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "silence")
@@ -182,10 +184,10 @@ class WhisperAsr:
             return "phantom"
         return None
 
-    async def transcribe_async(self, samples: np.ndarray, check_length: bool = True) -> Transcription:
+    async def transcribe_async(self, samples: np.ndarray) -> Transcription:
         """:meth:`transcribe` on the worker thread, so the event loop keeps moving audio meanwhile."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.transcribe, samples, check_length)
+        return await loop.run_in_executor(self._executor, self.transcribe, samples)
 
 
 @dataclass(frozen=True)
@@ -206,9 +208,10 @@ class PartialTranscript:
 class StreamingTranscriber:
     """One turn's streaming transcription, driven by the VAD events.
 
-    speech_started -> :meth:`start_turn`, every frame in the turn -> :meth:`feed`, silence_started ->
-    :meth:`start_final`, speech_resumed -> :meth:`discard_final`, turn_ended -> ``await`` :meth:`final`.
-    Partial transcripts arrive on :attr:`partials`. Must be used from a running event loop.
+    speech_started -> ``start_turn(event.audio, event.audio_start)``, every audio event ->
+    ``feed(event.audio)``, silence_started -> ``start_final(event.timestamp)``, speech_resumed ->
+    ``discard_final()``, turn_ended -> ``await final()``. Partial transcripts arrive on
+    :attr:`partials`. Must be used from a running event loop.
     """
 
     def __init__(self, asr: WhisperAsr, partial_interval_ms: int | None = None) -> None:
@@ -217,14 +220,18 @@ class StreamingTranscriber:
             asr.config.partial_interval_ms if partial_interval_ms is None else partial_interval_ms
         )
         self.partials: asyncio.Queue[PartialTranscript] = asyncio.Queue()
+        self.passes = 0
+        """Whisper passes started so far (partials and finals), for benchmarks."""
         self._agreement = LocalAgreement(asr.config.agreement_n)
         self._generation = 0
         self._chunks: list[np.ndarray] = []
         self._samples = 0
+        self._origin: float | None = None
         self._last_partial_at = 0
         self._peak_rms = 0.0
-        self._partial_task: asyncio.Task[None] | None = None
+        self._partial: tuple[asyncio.Task[Transcription], int] | None = None  # the pass and what it hears
         self._final_task: asyncio.Task[Transcription] | None = None
+        self._final_is_partial = False
 
     @property
     def audio_ms(self) -> float:
@@ -234,13 +241,18 @@ class StreamingTranscriber:
         """Forget the turn; passes still running for it will not post anything."""
         self._generation += 1
         self._chunks, self._samples, self._last_partial_at, self._peak_rms = [], 0, 0, 0.0
+        self._origin = None
         self._agreement.reset()
-        self._final_task = None
-        self._partial_task = None
+        self._partial, self._final_task, self._final_is_partial = None, None, False
 
-    def start_turn(self, audio: np.ndarray) -> None:
-        """Begin a new turn with the pre-rolled audio of the speech_started event."""
+    def start_turn(self, audio: np.ndarray, audio_start: float | None = None) -> None:
+        """Begin a new turn with the pre-rolled audio of the speech_started event.
+
+        ``audio_start`` (the event's monotonic time of ``audio[0]``) lets :meth:`start_final` tell
+        whether a pass already running has heard all of the speech.
+        """
         self.reset()
+        self._origin = audio_start
         self.feed(audio)
 
     def feed(self, samples: np.ndarray) -> None:
@@ -252,26 +264,38 @@ class StreamingTranscriber:
         self._peak_rms = max(self._peak_rms, level)
         quiet = level < self._peak_rms * 10 ** (-self.asr.config.partial_quiet_db / 20)
         due = 1000 * (self._samples - self._last_partial_at) / ASR_RATE >= self.partial_interval_ms
-        if due and not quiet and self._final_task is None and self._partial_task is None:
+        if due and not quiet and self._final_task is None and self._partial is None:
             self._last_partial_at = self._samples
-            self._partial_task = asyncio.get_running_loop().create_task(self._run_partial(self._snapshot()))
+            task = self._start_pass()
+            self._partial = (task, self._samples)
+            task.add_done_callback(self._partial_done_callback())
 
-    def _snapshot(self) -> np.ndarray:
+    def _start_pass(self) -> asyncio.Task[Transcription]:
         if len(self._chunks) > 1:
             self._chunks = [np.concatenate(self._chunks)]
-        return self._chunks[0] if self._chunks else np.zeros(0, dtype=np.int16)
+        audio = self._chunks[0] if self._chunks else np.zeros(0, dtype=np.int16)
+        self.passes += 1
+        return asyncio.get_running_loop().create_task(self.asr.transcribe_async(audio))
 
-    async def _run_partial(self, audio: np.ndarray) -> None:
+    def _partial_done_callback(self) -> Callable[[asyncio.Task[Transcription]], None]:
         generation = self._generation
-        try:
-            result = await self.asr.transcribe_async(audio, check_length=False)
-        finally:
-            if generation == self._generation:
-                self._partial_task = None
-        if generation == self._generation:
-            self._post_partial(result)
 
-    def _post_partial(self, result: Transcription) -> None:
+        def done(task: asyncio.Task[Transcription]) -> None:
+            if generation != self._generation:
+                return
+            if self._partial is not None and self._partial[0] is task:
+                self._partial = None
+            self._post_partial(task)
+
+        return done
+
+    def _post_partial(self, task: asyncio.Task[Transcription]) -> None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            _LOG.warning("partial ASR pass failed", exc_info=task.exception())
+            return
+        result = task.result()
         if result.rejected:
             return
         agreement = self._agreement.update(result.words)
@@ -284,26 +308,32 @@ class StreamingTranscriber:
             )
         )
 
-    def start_final(self) -> asyncio.Task[Transcription]:
-        """Speculatively run the final pass over the audio so far (the person just went quiet)."""
+    def start_final(self, speech_end: float | None = None) -> asyncio.Task[Transcription]:
+        """Speculatively run the final pass over the audio so far (the person just went quiet).
+
+        With ``speech_end`` (the silence_started timestamp) and the turn's ``audio_start``, a partial
+        pass already running that heard all of the speech is taken as the final instead of queueing a
+        second pass behind it.
+        """
         if self._final_task is None:
-            self._final_task = asyncio.get_running_loop().create_task(
-                self.asr.transcribe_async(self._snapshot())
-            )
+            covering = self._partial_covering(speech_end)
+            self._final_task = covering or self._start_pass()
+            self._final_is_partial = covering is not None
         return self._final_task
+
+    def _partial_covering(self, speech_end: float | None) -> asyncio.Task[Transcription] | None:
+        if self._partial is None or speech_end is None or self._origin is None:
+            return None
+        task, heard = self._partial
+        needed = round((speech_end - self._origin + _SPEECH_TAIL_S) * ASR_RATE)
+        return task if heard >= needed else None
 
     def discard_final(self) -> None:
         """The person resumed: the speculative final becomes one more partial hypothesis."""
         task, self._final_task = self._final_task, None
-        if task is None:
-            return
-        generation = self._generation
-
-        def demote(done: asyncio.Task[Transcription]) -> None:
-            if generation == self._generation and not done.cancelled() and done.exception() is None:
-                self._post_partial(done.result())
-
-        task.add_done_callback(demote)
+        if task is not None and not self._final_is_partial:  # a reused partial posts itself
+            task.add_done_callback(self._partial_done_callback())
+        self._final_is_partial = False
 
     async def final(self) -> Transcription:
         """The turn's transcript: the speculative pass if one is standing, else a fresh pass now.
@@ -314,5 +344,5 @@ class StreamingTranscriber:
 
     async def idle(self) -> None:
         """Wait until no partial pass is running (for driving the transcriber faster than real time)."""
-        while self._partial_task is not None:
-            await asyncio.shield(self._partial_task)
+        while self._partial is not None:
+            await asyncio.wait({self._partial[0]})

@@ -88,6 +88,8 @@ class VadEvent:
     timestamp: float
     """Monotonic audio time of the moment the event refers to."""
     audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    audio_start: float | None = None
+    """Monotonic time of ``audio[0]`` (speech_started: earlier than ``timestamp`` by the pre-roll)."""
     speech_end: float | None = None
 
 
@@ -158,7 +160,7 @@ class TurnDetector:
         end = ts + FRAME_MS / 1000
         if self._state is _State.IDLE:
             return self._step_idle(chunk, ts, speech)
-        events = [VadEvent(VadEventKind.AUDIO, ts, chunk)]
+        events = [VadEvent(VadEventKind.AUDIO, ts, chunk, audio_start=ts)]
         if (end - self._turn_start) * 1000 >= self.config.max_turn_ms - 1e-6:
             return events + self.force_end(end)
         if speech:
@@ -183,7 +185,8 @@ class TurnDetector:
         audio = np.concatenate(list(self._history))
         self._state, self._turn_start, self._silent, self._run = _State.SPEAKING, self._run_start, 0, 0
         self._history.clear()
-        return [VadEvent(VadEventKind.SPEECH_STARTED, self._run_start, audio)]
+        audio_start = ts + FRAME_MS / 1000 - len(audio) / VAD_RATE
+        return [VadEvent(VadEventKind.SPEECH_STARTED, self._run_start, audio, audio_start=audio_start)]
 
     def _step_speaking(self, ts: float, end: float, speech: bool) -> list[VadEvent]:
         if speech:

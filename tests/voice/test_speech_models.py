@@ -109,11 +109,11 @@ async def test_streaming_partials_grow_and_confirmed_words_prefix_the_final(
     for frame in chunks(padded):
         for event in detector.process(frame):
             if event.kind is K.SPEECH_STARTED:
-                transcriber.start_turn(event.audio)
+                transcriber.start_turn(event.audio, event.audio_start)
             elif event.kind is K.AUDIO:
                 transcriber.feed(event.audio)
             elif event.kind is K.SILENCE_STARTED:
-                transcriber.start_final()
+                transcriber.start_final(event.timestamp)
             elif event.kind is K.SPEECH_RESUMED:
                 transcriber.discard_final()
             elif event.kind is K.TURN_ENDED:
@@ -125,6 +125,7 @@ async def test_streaming_partials_grow_and_confirmed_words_prefix_the_final(
 
     assert final is not None and {"capital", "france"} <= set(words(final.text))
     assert len(partials) >= 3
+    assert transcriber.passes <= len(partials) + 1
     assert [p.audio_ms for p in partials] == sorted({p.audio_ms for p in partials})
     confirmed = [words(p.confirmed) for p in partials]
     for earlier, later in itertools.pairwise(confirmed):
@@ -132,6 +133,32 @@ async def test_streaming_partials_grow_and_confirmed_words_prefix_the_final(
     assert confirmed[-1], "no word was confirmed before the end of the turn"
     assert words(final.text)[: len(confirmed[-1])] == confirmed[-1]
     assert len(words(partials[0].text)) < len(words(final.text))
+
+
+async def test_a_running_pass_that_heard_all_the_speech_is_taken_as_the_final(
+    asr: WhisperAsr, question: np.ndarray
+) -> None:
+    transcriber = StreamingTranscriber(asr, partial_interval_ms=400)
+    tail = np.zeros(int(0.1 * ASR_RATE), dtype=np.int16)
+    transcriber.start_turn(np.concatenate([question, tail]), audio_start=10.0)  # starts a partial pass
+    _, end = energy_bounds(question)
+    result = await transcriber.start_final(speech_end=10.0 + end)
+    assert transcriber.passes == 1
+    assert {"capital", "france"} <= set(words(result.text))
+    assert "france" in words((await transcriber.partials.get()).text)
+
+
+async def test_a_pass_that_missed_the_end_of_speech_is_not_the_final(
+    asr: WhisperAsr, question: np.ndarray
+) -> None:
+    transcriber = StreamingTranscriber(asr, partial_interval_ms=400)
+    half = len(question) // 2
+    transcriber.start_turn(question[:half], audio_start=10.0)  # a partial pass hears only half
+    transcriber.feed(question[half:])
+    _, end = energy_bounds(question)
+    result = await transcriber.start_final(speech_end=10.0 + end)
+    assert transcriber.passes == 2
+    assert "france" in words(result.text)
 
 
 async def test_discarded_speculative_final_becomes_a_partial(asr: WhisperAsr, question: np.ndarray) -> None:

@@ -55,7 +55,8 @@ def test_one_turn_with_boundaries_preroll_and_contiguous_audio() -> None:
 
     # Every sample from the pre-roll to the end of the turn reaches the consumer exactly once.
     total = len(started.audio) + sum(len(e.audio) for e in events if e.kind is K.AUDIO)
-    first_sample = started.timestamp - 0.3
+    first_sample = started.audio_start
+    assert first_sample == pytest.approx(started.timestamp - 0.3, abs=1e-9)
     assert total == pytest.approx((ended.timestamp - first_sample) * VAD_RATE, abs=1)
 
 
