@@ -10,8 +10,9 @@ from aiohttp import web
 from dlm.api.chat_objects import CompletionIds, Usage, delta_choice, delta_json, message_choice
 from dlm.api.chat_request import ChatRequest, parse_chat_request
 from dlm.api.choice import ChoiceOutcome, run_choice
+from dlm.api.constrained_generation import UnsupportedModel, check_supported
 from dlm.api.errors import APIError, bad_request
-from dlm.api.generation import GenerationSpec
+from dlm.api.generation import GenerationSpec, Outcome
 from dlm.api.limits import read_json
 from dlm.api.prompt import Prompt, build_prompt
 from dlm.api.sse import open_stream, send_done, send_event
@@ -46,6 +47,11 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
     schema = req.json_schema
     if req.tool_choice in ("required", "function"):
         schema = forced_call_schema(req.tools, req.forced_tool)
+    if schema is not None:
+        try:
+            check_supported(state.engine.model.cfg)
+        except UnsupportedModel as exc:
+            raise bad_request(str(exc), "response_format") from None
     return [
         GenerationSpec(prompt_ids=prompt.ids, max_tokens=max_tokens, temperature=req.temperature,
                        top_p=req.top_p, seed=None if req.seed is None else req.seed + i, effort=req.effort,
@@ -54,8 +60,11 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
     ]
 
 
-def _parses_tools(req: ChatRequest) -> bool:
-    return req.tool_choice == "auto" and req.json_schema is None
+async def _run(state: ApiState, req: ChatRequest, prompt: Prompt, spec: GenerationSpec, emit) -> ChoiceOutcome:
+    outcome = Outcome()
+    parse_tools = req.tool_choice == "auto" and req.json_schema is None
+    return await run_choice(state.generate(spec, outcome), outcome, req.stop, parse_tools, prompt.forced_prefix,
+                            emit)
 
 
 async def _complete(state: ApiState, req: ChatRequest, prompt: Prompt,
@@ -66,8 +75,7 @@ async def _complete(state: ApiState, req: ChatRequest, prompt: Prompt,
         async def emit(deltas: list[Delta]) -> None:
             collected.extend(deltas)
 
-        outcome = await run_choice(state.generate(spec), req.stop, _parses_tools(req), prompt.forced_prefix, emit)
-        return collected, outcome
+        return collected, await _run(state, req, prompt, spec, emit)
 
     results = await _all(one(s) for s in specs)
     usage = Usage(len(prompt.ids), sum(o.completion_tokens for _, o in results))
@@ -91,7 +99,7 @@ async def _stream(request: web.Request, state: ApiState, req: ChatRequest, promp
             for d in deltas:
                 await send(delta_choice(index, delta_json(d)))
 
-        outcome = await run_choice(state.generate(spec), req.stop, _parses_tools(req), prompt.forced_prefix, emit)
+        outcome = await _run(state, req, prompt, spec, emit)
         await send(delta_choice(index, {}, outcome.finish_reason))
         return outcome
 

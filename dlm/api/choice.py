@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from dlm.api.generation import TextPiece
+from dlm.api.generation import Outcome
 from dlm.api.stop_strings import StopMatcher
 from dlm.api.tool_calls import ContentDelta, Delta, ToolCallStream
 
@@ -22,9 +22,12 @@ class ChoiceOutcome:
     completion_tokens: int
 
 
-async def run_choice(pieces: AsyncIterator[TextPiece], stops: tuple[str, ...], parse_tools: bool,
+async def run_choice(pieces: AsyncIterator[str], outcome: Outcome, stops: tuple[str, ...], parse_tools: bool,
                      forced_prefix: str, emit: Emit) -> ChoiceOutcome:
-    """Drain `pieces` into `emit`; closing the generator on the way out frees the engine session."""
+    """Drain `pieces` into `emit`; closing the generator on the way out frees the engine session.
+
+    `outcome` is the generation's own record, final once `pieces` is closed.
+    """
     matcher = StopMatcher(stops)
     parser = ToolCallStream() if parse_tools or forced_prefix else None
 
@@ -33,26 +36,22 @@ async def run_choice(pieces: AsyncIterator[TextPiece], stops: tuple[str, ...], p
             return [ContentDelta(text)] if text else []
         return _merge(parser.feed(text)) if text else []
 
-    tokens, finish = 0, "stop"
     if forced_prefix:
         await emit(deltas(forced_prefix))
     async with aclosing(pieces):
         async for piece in pieces:
-            tokens += piece.tokens
-            if piece.finish_reason:
-                finish = piece.finish_reason
-            out = deltas(matcher.feed(piece.text))
+            out = deltas(matcher.feed(piece))
             if out:
                 await emit(out)
             if matcher.stopped:
-                finish = "stop"
                 break
+    finish = "stop" if matcher.stopped else outcome.finish_reason
     tail = deltas(matcher.flush()) + (_merge(parser.finish()) if parser else [])
     if tail:
         await emit(tail)
     if parser is not None and parser.calls:
         finish = "tool_calls"
-    return ChoiceOutcome(finish, tokens)
+    return ChoiceOutcome(finish, outcome.completion_tokens)
 
 
 def _merge(deltas: list[Delta]) -> list[Delta]:

@@ -1,78 +1,75 @@
-"""A constrained decode loop for JSON output, on the model's forward pass and `dlm.constrained`.
+"""A constrained decode loop for JSON output, on the engine's block-causal forward and `dlm.constrained`.
 
-The engine has no hook yet for constraining a span, so `response_format` json_schema / json_object and forced
-tool calls decode here. A grammar is a left-to-right object while diffusion fills a block in any order, so
-each pass commits masked positions strictly left to right: the leftmost always (its argmax over the tokens
-the schema allows next), then each following one while its own allowed-argmax is at least `threshold`
-confident. Every committed token is checked by the automaton, so the output is valid by construction.
-
-Supported: block-causal checkpoints without token shift (SDAR, the a2d Qwen conversions) — their KV cache is
-exact, so committing a block and appending it to the cache is all the bookkeeping there is.
+The engine has no hook for constraining a span yet, so `response_format` json_schema / json_object and
+forced tool calls decode here. A grammar reads left to right while diffusion fills a block in any order, so
+each pass commits masked positions strictly left to right: the leftmost always (its best token among those
+the schema allows next), then each following one while its own allowed-best is at least `threshold`
+confident. Every committed token has been checked by the automaton, so the output is valid by
+construction. Token-shift families predict position i from output i-1, like the engine's decoder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import torch
 
+from dlm.config import ModelConfig
 from dlm.constrained import JsonSchemaConstraint
+from dlm.decoding.block_causal import BlockForward
 from dlm.decoding.confidence import Sampling, pick_tokens
-from dlm.decoding.prefill import prefill_blocks
-from dlm.decoding.schedule import align_up
-from dlm.kv_cache import KVCache
-from dlm.model import Transformer
+from dlm.decoding.schedule import block_end
 
 
 class UnsupportedModel(ValueError):
     """The checkpoint's family needs decoding this loop does not implement."""
 
 
-def check_supported(model: Transformer) -> None:
-    cfg = model.cfg
-    if cfg.bidirectional or cfg.token_shift:
-        raise UnsupportedModel(f"constrained JSON decoding needs a block-causal checkpoint without token shift "
-                               f"(sdar, a2d-*); this one is {cfg.model_type!r}")
+def check_supported(cfg: ModelConfig) -> None:
+    if cfg.bidirectional:
+        raise UnsupportedModel(f"constrained JSON decoding needs a block-causal checkpoint (sdar, fast_dllm_qwen, "
+                               f"a2d-*); this one is {cfg.model_type!r}")
 
 
-@torch.no_grad()
 def constrained_decode(
-    model: Transformer,
+    cfg: ModelConfig,
+    forward: BlockForward,
+    tokens: list[int],
     constraint: JsonSchemaConstraint,
-    prompt_ids: Sequence[int],
     max_tokens: int,
     sampling: Sampling,
     threshold: float,
+    last_logits: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> Iterator[list[int]]:
-    """Yield the token ids committed by each pass (stop ids left out); ends at a stop id or `max_tokens`."""
-    check_supported(model)
-    cfg = model.cfg
-    size, mask_id = cfg.block_size, cfg.mask_token_id
-    device = model.output_weight().device
-    prompt = list(prompt_ids)
-    start = len(prompt) // size * size
-    cache = KVCache(cfg, align_up(len(prompt) + max_tokens, size), dtype=model.output_weight().dtype,
-                    device=device)
-    prefill_blocks(model, cache, torch.tensor(prompt[:start], dtype=torch.long, device=device), size)
-    ids = prompt[start:]  # the prompt's tail shares the first generated block
+    """Yield the ids each step commits (stop ids left out) until a stop id or `max_tokens`.
+
+    `tokens` is the prompt, its full blocks already committed in `forward` (the engine session's prefill).
+    """
+    check_supported(cfg)
+    mask_id, shift = cfg.mask_token_id, cfg.token_shift
     generated = 0
     while True:
-        first = len(ids)
-        ids += [mask_id] * (size - first)
-        positions = torch.arange(cache.length, cache.length + size, device=device)
-        for _ in range(size - first):
-            if first == size:
-                break
-            logits = model(torch.tensor(ids, device=device)[None], position_ids=positions, cache=cache)[0]
-            committed = []
-            for p in range(first, size):
-                token, confidence = _pick(logits[p], constraint, sampling, generator)
+        start, known = forward.length, len(tokens)
+        window = tokens[start:] + [mask_id] * (block_end(known, cfg.block_size) - known)
+        first = known - start
+        while first < len(window):
+            if shift and first == 0:  # predicted by the last committed position: no pass needed
+                if last_logits is None:
+                    raise ValueError("a token-shift model needs the last committed logits to start a block")
+                logits = last_logits[None]
+            else:
+                rows = torch.arange(first, len(window), device=forward.device)
+                ids = torch.tensor(window, dtype=torch.long, device=forward.device)
+                logits = forward.denoise(ids, rows - 1 if shift else rows)
+            committed: list[int] = []
+            for row in range(logits.shape[0]):
+                token, confidence = _pick(logits[row], constraint, sampling, generator)
                 if committed and confidence < threshold:
                     break
                 constraint.advance(token)
-                ids[p] = token
-                first = p + 1
+                window[first] = token
+                first += 1
                 if constraint.stopped:
                     break
                 committed.append(token)
@@ -83,11 +80,8 @@ def constrained_decode(
                 yield committed
             if constraint.stopped or generated == max_tokens:
                 return
-        cache.store = True
-        model(torch.tensor(ids, device=device)[None], position_ids=positions, cache=cache)
-        cache.store = False
-        cache.commit(size)
-        ids = []
+        tokens.extend(window[known - start:])
+        last_logits = forward.commit(torch.tensor(window, dtype=torch.long, device=forward.device))
 
 
 def _pick(logits: torch.Tensor, constraint: JsonSchemaConstraint, sampling: Sampling,

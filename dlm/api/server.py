@@ -20,9 +20,13 @@ _CREATED = int(time.time())
 
 
 def add_openai_routes(app: web.Application, engine: Any, model_name: str, limits: ApiLimits | None = None,
-                      api_key: str | None = None) -> ApiState:
-    """Mount /v1/models and /v1/chat/completions on `app` (before it starts); returns the shared state."""
-    state = ApiState(engine, engine.model, engine.tokenizer, model_name, limits or ApiLimits())
+                      api_key: str | None = None, decode_opts: dict[str, Any] | None = None) -> ApiState:
+    """Mount /v1/models and /v1/chat/completions on `app` (before it starts); returns the shared state.
+
+    `decode_opts` are raw engine knobs applied to every free-text generation (the benchmark's
+    autoregressive baseline serves the same engine with 1-token blocks this way).
+    """
+    state = ApiState(engine, model_name, limits or ApiLimits(), dict(decode_opts or {}))
     app[STATE] = state
     if error_middleware not in app.middlewares:
         app.middlewares.append(error_middleware)

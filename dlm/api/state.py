@@ -1,8 +1,7 @@
-"""What the chat routes share: the engine, the model's tokenizer and limits, and the request gate."""
+"""What the chat routes share: the engine, the model's limits, the request gate and the live sessions."""
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -10,43 +9,41 @@ from typing import Any
 
 from aiohttp import web
 
-from dlm.api.generation import ConstrainedDecoder, GenerationSpec, TextPiece, engine_stream
+from dlm.api.generation import GenerationSpec, Outcome, constrained_stream, engine_stream
 from dlm.api.limits import ApiLimits, ConcurrencyGate
 from dlm.constrained import vocab_strings
-from dlm.model import Transformer
-from dlm.tokenizer import Tokenizer
 
 
 @dataclass
 class ApiState:
-    engine: Any
-    model: Transformer
-    tokenizer: Tokenizer
+    engine: Any  # dlm.engine.Engine (not imported: tests and the voice server hand one over)
     model_name: str
     limits: ApiLimits = field(default_factory=ApiLimits)
+    decode_opts: dict[str, Any] = field(default_factory=dict)  # raw engine knobs for free text
 
     def __post_init__(self) -> None:
         self.gate = ConcurrencyGate(self.limits.max_concurrent)
+        self.sessions: set = set()  # engine sessions of generations in flight
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
 
     @property
     def context_length(self) -> int:
-        """Room for prompt + completion, less one block so the last block never runs past the positions."""
-        cfg = self.model.cfg
-        return cfg.max_position_embeddings - cfg.block_size
+        """Room for prompt + completion: the engine keeps two blocks of the context in reserve."""
+        cfg = self.engine.model.cfg
+        return cfg.max_position_embeddings - 2 * cfg.block_size
 
     @cached_property
-    def constrained(self) -> ConstrainedDecoder:
-        """Built on first use: the vocabulary-as-text table costs one decode per token id."""
-        return ConstrainedDecoder(
-            self.model, self.tokenizer, vocab_strings(self.tokenizer.backend),
-            frozenset(self.tokenizer.stop_ids(self.model.cfg)),
-            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="constrained"),
-        )
+    def vocab(self) -> list[str]:
+        """Each token id as text, for the JSON constraint; built on first use (one decode per id)."""
+        return vocab_strings(self.engine.tokenizer.backend)
 
-    def generate(self, spec: GenerationSpec) -> AsyncIterator[TextPiece]:
+    def generate(self, spec: GenerationSpec, outcome: Outcome) -> AsyncIterator[str]:
         if spec.schema is not None:
-            return self.constrained.stream(spec)
-        return engine_stream(self.engine, spec)
+            return constrained_stream(self.engine, self.vocab, spec, outcome, self.sessions)
+        return engine_stream(self.engine, spec, outcome, self.sessions, self.decode_opts)
 
 
 STATE = web.AppKey("openai_api", ApiState)

@@ -10,6 +10,7 @@ import torch
 from dlm.api.limits import ApiLimits
 from dlm.api.live_server import LiveServer
 from dlm.api.server import create_app
+from dlm.api.state import STATE
 
 MODEL_NAME = "sdar-fixture"
 LIMITS = ApiLimits(max_body_bytes=64 * 1024, max_prompt_tokens=400, max_completion_tokens=200, max_n=3,
@@ -25,8 +26,18 @@ def engine(fixtures_dir):
 
 
 @pytest.fixture(scope="session")
-def server(engine):
-    with LiveServer(create_app(engine, MODEL_NAME, LIMITS)) as live:
+def app(engine):
+    return create_app(engine, MODEL_NAME, LIMITS)
+
+
+@pytest.fixture(scope="session")
+def state(app):
+    return app[STATE]
+
+
+@pytest.fixture(scope="session")
+def server(app):
+    with LiveServer(app) as live:
         yield live
 
 

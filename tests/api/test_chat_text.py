@@ -1,0 +1,90 @@
+"""Free-text chat completions through the official client: JSON and SSE agree, and the OpenAI knobs
+(max_tokens, stop, seed, n, include_usage, reasoning_effort) do what they say."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.api.conftest import MODEL_NAME
+
+ASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+
+
+def _text(client, **kwargs) -> str:
+    return client.chat.completions.create(model=MODEL_NAME, messages=ASK, **kwargs).choices[0].message.content
+
+
+def test_non_streaming_shape_and_usage(client):
+    resp = client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=12)
+    assert resp.object == "chat.completion" and resp.model == MODEL_NAME and resp.id.startswith("chatcmpl-")
+    (choice,) = resp.choices
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason == "length"  # random weights never say stop
+    assert resp.usage.completion_tokens == 12
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + 12
+
+
+def test_stream_matches_non_streaming(client):
+    whole = _text(client, max_tokens=20, max_completion_tokens=None)
+    chunks = list(client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_completion_tokens=20,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert len({c.id for c in chunks}) == 1
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 1, "text should stream block by block"
+    assert "".join(pieces) == whole
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    usage_chunk = chunks[-1]
+    assert usage_chunk.choices == [] and usage_chunk.usage.completion_tokens == 20
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_stop_string_cuts_the_text(client):
+    whole = _text(client, max_tokens=40)
+    stop = whole[10:13]
+    resp = client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=40, stop=[stop, "@@@"])
+    assert resp.choices[0].message.content == whole[: whole.index(stop)]
+    assert resp.choices[0].finish_reason == "stop"
+
+
+def test_seed_makes_sampling_reproducible(client):
+    a = _text(client, max_tokens=16, temperature=1.0, seed=11)
+    assert a == _text(client, max_tokens=16, temperature=1.0, seed=11)
+    assert a != _text(client, max_tokens=16, temperature=1.0, seed=12)
+
+
+def test_n_choices_stream_and_complete(client):
+    resp = client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=8, n=2, temperature=1.0,
+                                          seed=3)
+    assert [c.index for c in resp.choices] == [0, 1]
+    stream = client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=8, n=2, temperature=1.0,
+                                            seed=3, stream=True)
+    texts = {0: "", 1: ""}
+    for chunk in stream:
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+    assert [texts[0], texts[1]] == [c.message.content for c in resp.choices]
+
+
+@pytest.mark.parametrize("effort", ["minimal", "low", "medium", "high"])
+def test_reasoning_effort_is_accepted(client, effort):
+    assert _text(client, max_tokens=8, reasoning_effort=effort)
+
+
+def test_disconnect_mid_stream_frees_the_session(client, state):
+    stream = client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=200, stream=True,
+                                            reasoning_effort="high")
+    chunks = iter(stream)
+    next(chunks), next(chunks)
+    (session,) = state.sessions
+    assert session.nbytes > 0
+    stream.close()
+    deadline = time.monotonic() + 30  # waiting for the server to notice, not measuring it
+    while (state.sessions or session.nbytes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not state.sessions
+    assert session.nbytes == 0
+    assert session.last_result is not None and len(session.last_result.token_ids) < 200
