@@ -81,7 +81,6 @@ class _Decoder:
         self.family, self.model, self.params, self.mask_id = family, model, params, mask_id
         self.stop_ids, self.lookahead = stop_ids, lookahead_blocks
         self.block = params.block_size or model.cfg.block_size
-        self.prompt_len = len(prompt)
         self.answer_end = len(prompt) + params.max_new_tokens
         weight = model.output_weight()
         self.x = torch.full((self.answer_end,), mask_id, dtype=torch.long, device=weight.device)
@@ -95,26 +94,29 @@ class _Decoder:
         if params.seed is not None:
             self.generator = torch.Generator(device=weight.device).manual_seed(params.seed)
 
-    def grow_canvas(self, block_end: int) -> None:
+    def grow_canvas(self, block_end: int) -> CanvasCache:
         """Masks up to ``lookahead`` blocks past the current one (all of the answer without a lookahead)."""
         want = self.answer_end if self.lookahead is None else block_end + self.lookahead * self.block
         self.canvas_end = max(self.canvas_end, min(want, self.answer_end))
         if self.kv is None or self.kv.capacity < self.canvas_end:
             # The next pass is a refresh that rewrites every position, so nothing needs copying.
             self.kv = CanvasCache(self.model.cfg, self.canvas_end, dtype=self.dtype, device=self.x.device)
+        return self.kv
 
-    def forward(self, start: int, end: int) -> torch.Tensor:
-        """Logits of canvas positions ``start`` .. ``end-1`` [n, V] from a pass over x[start:end]."""
+    def forward(self, start: int, end: int, rows: slice) -> torch.Tensor:
+        """Logits [n, V] of the ``rows`` of a pass over x[start:end] (only the block's: the output head
+        over a whole canvas would cost more than the rest of a small model)."""
         self.passes += 1
         with torch.no_grad():  # per pass: a generator must not leave grad mode off for its caller
-            return self.model(self.x[None, start:end], cache=self.kv)[0]
+            hidden = self.model.hidden_states(self.x[None, start:end], cache=self.kv)[0, rows]
+            return torch.nn.functional.linear(hidden, self.model.output_weight())
 
     def unmask(self, start: int, end: int, logits: torch.Tensor, count: int | None) -> None:
         """Fill masks of block x[start:end] from its logits: ``count`` best, or by threshold if None."""
         masked = (self.x[start:end] == self.mask_id).nonzero()[:, 0]
         if not len(masked):
             return
-        logits = logits[masked].clone()
+        logits = logits[masked]
         logits[:, self.mask_id] = -torch.inf  # writing the mask back would never finish the block
         tok, conf = pick_tokens(logits, self.params.temperature, self.params.top_p, self.generator)
         if count is None:
@@ -143,20 +145,18 @@ class _Decoder:
         shift = int(self.family.token_shift)
         fixed = self.params.threshold is None
         schedule = self.family.schedule(end - start, self.params.steps_per_block or end - start) if fixed else []
-        self.grow_canvas(end)
-        assert self.kv is not None
-        self.kv.refresh()
-        logits = self.forward(0, self.canvas_end)[start - shift : end - shift]
+        kv = self.grow_canvas(end)
+        kv.refresh()
+        logits = self.forward(0, self.canvas_end, slice(start - shift, end - shift))
         window_start = start - shift
         window_end = end if cache == "dual" else self.canvas_end
         if cache == "dual":
-            self.kv.dual(window_start, self.canvas_end)
+            kv.dual(window_start, self.canvas_end)
         else:
-            self.kv.prefix(window_start)
+            kv.prefix(window_start)
         step = 0
         while True:
-            count = None if not fixed else schedule[step] if step < len(schedule) else end - start
-            self.unmask(start, end, logits, count)
+            self.unmask(start, end, logits, schedule[step] if fixed else None)
             step += 1
             block_done = not bool((self.x[start:end] == self.mask_id).any())
             commit = self.ready(block_done)
@@ -164,7 +164,7 @@ class _Decoder:
                 yield commit
                 if commit.finished or block_done:
                     return
-            logits = self.forward(window_start, window_end)[: end - start]
+            logits = self.forward(window_start, window_end, slice(0, end - start))
 
 
 def stream_blocks(
@@ -186,6 +186,10 @@ def stream_blocks(
         raise ValueError(f"max_new_tokens must be positive, got {params.max_new_tokens}")
     if cache not in ("prefix", "dual"):
         raise ValueError(f"cache must be 'prefix' or 'dual', got {cache!r}")
+    if params.block_size is not None and params.block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {params.block_size}")
+    if params.threshold is None and params.steps_per_block is not None and params.steps_per_block <= 0:
+        raise ValueError(f"steps_per_block must be positive, got {params.steps_per_block}")
     if lookahead_blocks is not None and lookahead_blocks < 0:
         raise ValueError(f"lookahead_blocks must be >= 0 or None, got {lookahead_blocks}")
     decoder = _Decoder(

@@ -82,7 +82,7 @@ def test_stops_at_a_stop_token_without_emitting_it(model):
 
 def test_adaptive_canvas_grows_with_the_answer(model):
     lengths: list[int] = []
-    hook = model.register_forward_pre_hook(lambda _m, args: lengths.append(args[0].shape[1]))
+    hook = model.model.embed_tokens.register_forward_pre_hook(lambda _m, args: lengths.append(args[0].shape[1]))
     try:
         params = DecodeParams(max_new_tokens=32, block_size=4, threshold=None, steps_per_block=1)
         list(llada.stream_generate(model, PROMPT, params, MASK, lookahead_blocks=2))
@@ -106,3 +106,7 @@ def test_bad_requests_are_named(model):
         next(llada.stream_generate(model, PROMPT, DecodeParams(), MASK, cache="none"))
     with pytest.raises(ValueError, match="max_new_tokens must be positive"):
         next(llada.stream_generate(model, PROMPT, DecodeParams(max_new_tokens=0), MASK))
+    with pytest.raises(ValueError, match="block_size must be positive"):
+        next(llada.stream_generate(model, PROMPT, DecodeParams(block_size=0), MASK))
+    with pytest.raises(ValueError, match="context length"):
+        next(llada.stream_generate(model, PROMPT, DecodeParams(max_new_tokens=10_000), MASK, lookahead_blocks=None))
