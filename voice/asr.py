@@ -100,8 +100,9 @@ class Transcription:
     """What Whisper produced before the guard."""
     audio_ms: float
     compute_ms: float
-    no_speech_prob: float
-    avg_logprob: float
+    no_speech_prob: float | None
+    avg_logprob: float | None
+    """Whisper's figures (None when the guard rejected the audio without running Whisper)."""
     rejected: str | None = None
     """Why the text was discarded: too_short, silence, no_speech, phantom or empty."""
 
@@ -147,7 +148,7 @@ class WhisperAsr:
         )
         segments = list(segments)
         if not segments:
-            return "", 1.0, float("-inf")
+            return "", 1.0, -100.0  # Whisper produced nothing at all: as sure as it gets that no one spoke
         text = "".join(s.text for s in segments).strip()
         no_speech = max(s.no_speech_prob for s in segments)
         logprob = float(np.mean([s.avg_logprob for s in segments]))
@@ -159,9 +160,9 @@ class WhisperAsr:
         audio_ms = 1000 * len(pcm) / ASR_RATE
         cfg = self.config
         if audio_ms < cfg.min_audio_ms:
-            return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "too_short")
+            return Transcription("", "", audio_ms, 0.0, None, None, "too_short")
         if rms(pcm) < cfg.min_rms:
-            return Transcription("", "", audio_ms, 0.0, 1.0, float("-inf"), "silence")
+            return Transcription("", "", audio_ms, 0.0, None, None, "silence")
         start = time.perf_counter()
         text, no_speech, logprob = self._decode(pcm)
         compute_ms = 1000 * (time.perf_counter() - start)
