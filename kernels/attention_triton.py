@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.dispatch import sm_count
+
 NEG_BIG = -1.0e30  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
 LOG2E = 1.4426950408889634
 
@@ -214,8 +216,7 @@ def block_attention(
     block_d = max(16, triton.next_power_of_2(D))
     if splits is None:
         if device.type == "cuda":
-            sms = torch.cuda.get_device_properties(device).multi_processor_count
-            splits = triton.cdiv(2 * sms, B * h_kv * triton.cdiv(n_rows, block_m))
+            splits = triton.cdiv(2 * sm_count(device), B * h_kv * triton.cdiv(n_rows, block_m))
         else:
             splits = 2
     splits = max(1, min(splits, triton.cdiv(cap, block_n)))

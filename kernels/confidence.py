@@ -44,7 +44,14 @@ def _seed(generator_seed: int | torch.Tensor | None, temperature: float) -> int 
     return generator_seed
 
 
-def _triton_seed(seed: int | torch.Tensor, device: torch.device) -> torch.Tensor:
+def _triton_seed(seed: int | torch.Tensor, temperature: float, device: torch.device) -> torch.Tensor | None:
+    """The seed as a device tensor the kernel reads (so a CUDA graph can change it in place).
+
+    Greedy selection needs none; an int seed costs a host-to-device copy, which CUDA-graph
+    capture forbids, so graphed sampling must pass a 1-element int64 device tensor.
+    """
+    if temperature == 0.0:
+        return None
     if isinstance(seed, torch.Tensor):
         if seed.numel() != 1 or seed.dtype != torch.int64 or seed.device != device:
             raise ValueError("a tensor seed must be a 1-element int64 tensor on the logits' device")
@@ -92,7 +99,7 @@ def confidence_and_token(
     mk = None if masked is None else (masked if batched else masked.unsqueeze(0))
     bufs = None if out is None else tuple(t if batched else t.unsqueeze(0) for t in out)
     conf, token, _ = confidence_triton.confidence_select(
-        lg, mk, None, 0.0, temperature, _triton_seed(seed, logits.device), out=bufs
+        lg, mk, None, 0.0, temperature, _triton_seed(seed, temperature, logits.device), out=bufs
     )
     return (conf, token) if batched else (conf[0], token[0])
 
@@ -112,7 +119,7 @@ def select_confident(
     ``logits`` ``[N, V]`` (or ``[B, N, V]`` for B blocks), ``masked`` bool ``[N]`` (True = still a
     mask token), ``ids`` int64 ``[N]``. Every masked position gets a token (argmax at temperature
     0, a Gumbel-max sample of ``logits/temperature`` otherwise, reproducible for a given
-    ``generator_seed``) and a confidence (its probability under ``softmax(logits)``); those with
+    ``generator_seed``, an int or a 1-element int64 device tensor) and a confidence (its probability under ``softmax(logits)``); those with
     confidence ``>= threshold`` are committed, and if none is, the single most confident masked
     one is. Returns ``(ids, masked, committed_count)`` where the count is an int64 tensor (0-d, or
     ``[B]``) left on the device so the step never forces a host sync. ``path`` is a
@@ -127,6 +134,6 @@ def select_confident(
     batched = logits.dim() == 3
     lg, mk, ix = (t if batched else t.unsqueeze(0) for t in (logits, masked, ids))
     _, _, count = confidence_triton.confidence_select(
-        lg, mk, ix, threshold, temperature, _triton_seed(seed, logits.device)
+        lg, mk, ix, threshold, temperature, _triton_seed(seed, temperature, logits.device)
     )
     return ids, masked, count if batched else count[0]

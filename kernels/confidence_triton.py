@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.dispatch import sm_count
+
 NEG_BIG = -1.0e30  # finite "minus infinity" for running maxima: exp(-inf - -inf) would be NaN
 
 
@@ -135,11 +137,7 @@ def _plan_splits(rows: int, vocab: int, block_v: int, splits: int | None, device
     """Enough programs to fill the GPU (a few per SM); one split per row in the interpreter."""
     tiles = triton.cdiv(vocab, block_v)
     if splits is None:
-        if device.type == "cuda":
-            sms = torch.cuda.get_device_properties(device).multi_processor_count
-            splits = triton.cdiv(4 * sms, rows)
-        else:
-            splits = 1
+        splits = triton.cdiv(4 * sm_count(device), rows) if device.type == "cuda" else 1
     return max(1, min(splits, tiles, 1024))
 
 
@@ -177,6 +175,8 @@ def confidence_select(
     mask_u8 = masked.view(torch.uint8) if has_mask else part_idx
     m_strides = masked.stride() if has_mask else (0, 0)
     noise = temperature > 0.0
+    if noise and seed is None:
+        raise ValueError("sampling at temperature > 0 needs a seed tensor")
     seed_arg = seed if noise else part_idx
     _partials_kernel[(rows, n_splits)](
         logits, logits.stride(0), logits.stride(1),

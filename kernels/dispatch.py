@@ -27,6 +27,12 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+@functools.lru_cache(maxsize=8)
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device: kernels size their grids to fill them."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _interpreter_problem() -> str | None:
     """Why Triton cannot run CPU tensors now, or None when its interpreter is active.
 

@@ -1,0 +1,420 @@
+"""The GPU check: kernel correctness on the device, then kernel and model-shape timings vs their floors.
+
+Run ``latency_bench/gpu_check.sh`` on a CUDA machine (PyTorch + Triton only, < 5 minutes on an
+H200). It writes ``latency_bench/results/gpu_check_<date>.md`` and ``.json``. ``--dry-run`` runs
+every section on the CPU with tiny shapes (Triton in its interpreter), so the script itself is
+tested without a GPU; its figures mean nothing.
+
+Each section records its own failure and the run goes on, so one broken part does not hide the
+others; the exit status is non-zero if any check or section failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+BLOCK = 16  # the denoising block (tokens per block)
+PASSES_PER_BLOCK = 4  # the issue's first-block budget: 4 passes
+TOKENS_PER_PASS = 3  # the issue's decode-throughput assumption
+GOALS = {
+    "confidence_bw_frac": 0.70,
+    "pass_over_weight_floor": 1.25,
+    "first_block_warm_ms": 5.0,
+    "first_block_cold_ms": 12.0,
+    "decode_tok_s_b1": 3000.0,
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: the real shapes on a GPU, tiny ones for a CPU dry run."""
+
+    device: torch.device
+    dry_run: bool
+    shapes: tuple[str, ...]
+    prompts: tuple[int, ...]
+    batches: tuple[int, ...]
+    vocab: int
+    copy_bytes: int
+    warmup: int
+    reps: int
+    paths: tuple[str, ...]
+
+    @staticmethod
+    def make(dry_run: bool, paths: tuple[str, ...]) -> Plan:
+        if dry_run:
+            return Plan(torch.device("cpu"), True, ("tiny",), (32,), (1, 2), 1000, 8 << 20, 1, 1, paths)
+        return Plan(torch.device("cuda"), False, ("qwen3-0.6b", "sdar-1.7b"), (512, 4096), (1, 8), 151936,
+                    2 << 30, 5, 30, paths)  # fmt: skip
+
+
+@dataclass
+class Report:
+    env: dict[str, object] = field(default_factory=dict)
+    correctness: list[dict[str, object]] = field(default_factory=list)
+    kernels: list[dict[str, object]] = field(default_factory=list)
+    models: list[dict[str, object]] = field(default_factory=list)
+    decode: list[dict[str, object]] = field(default_factory=list)
+    goals: list[dict[str, object]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def section(self, name: str, fn: Callable[[], None]) -> None:
+        """Run one section; a failure is recorded and printed, not raised."""
+        print(f"== {name}", flush=True)
+        try:
+            fn()
+        except Exception:
+            message = f"{name}: {traceback.format_exc()}"
+            print(message, file=sys.stderr, flush=True)
+            self.errors.append(message)
+
+
+def environment(plan: Plan) -> dict[str, object]:
+    import importlib.util
+
+    env: dict[str, object] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "dry_run": plan.dry_run,
+        "paths": list(plan.paths),
+    }
+    if importlib.util.find_spec("triton") is not None:
+        import triton
+
+        env["triton"] = triton.__version__
+    if plan.device.type == "cuda":
+        props = torch.cuda.get_device_properties(plan.device)
+        env.update(gpu=props.name, sms=props.multi_processor_count, memory_gib=round(props.total_memory / 2**30, 1))
+    return env
+
+
+# ---------------------------------------------------------------- correctness
+
+
+def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
+    """Kernel-vs-reference cases at the real shapes (tiny ones in a dry run)."""
+    from kernels import selfcheck as sc
+
+    f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
+    vocab, big_vocab = (1000, 1000) if dry_run else (50257, 151936)
+    cap, length, head_dim, prompt = (80, 70, 16, 40) if dry_run else (4160, 4096, 128, 512)
+    heads = (4, 2) if dry_run else (16, 8)
+    return [
+        ("confidence bf16 16xV", lambda d: sc.check_confidence(16, big_vocab, bf16, d, seed=1)),
+        ("confidence fp32 1xV", lambda d: sc.check_confidence(1, big_vocab, f32, d, masked_fraction=1.0, seed=2)),
+        ("confidence fp16 ties", lambda d: sc.check_confidence(16, vocab, f16, d, ties=True, masked_fraction=1.0)),
+        ("confidence gumbel T=0.8", lambda d: sc.check_confidence(7, vocab, f32, d, temperature=0.8, seed=3)),
+        ("confidence batch 8", lambda d: sc.check_confidence(16, big_vocab, bf16, d, batch=8, seed=4)),
+        ("confidence fallback", lambda d: sc.check_confidence(16, vocab, bf16, d, batch=3, force_fallback=True)),
+        ("block attn bf16 + block K/V", lambda d: sc.check_block_attention(16, *heads, head_dim, cap, length, bf16, d)),
+        ("block attn fp16 in-cache b8", lambda d: sc.check_block_attention(
+            16, *heads, head_dim, cap, length // 2 + 3, f16, d, batch=8, with_block=False, tensor_len=True)),
+        ("block attn fp32 GQA4", lambda d: sc.check_block_attention(7, 8, 2, 64, 300, 257, f32, d)),
+        ("prefill bf16 block 16", lambda d: sc.check_block_causal(prompt, prompt, *heads, head_dim, 16, bf16, d)),
+        ("prefill fp16 block 4 offset", lambda d: sc.check_block_causal(
+            prompt // 4 + 5, prompt + 5, *heads, head_dim, 4, f16, d)),
+        ("prefill fp32 causal", lambda d: sc.check_block_causal(67, 67, 4, 2, 64, 1, f32, d)),
+    ]  # fmt: skip
+
+
+def run_correctness(plan: Plan, report: Report) -> None:
+    for name, case in correctness_cases(plan.dry_run):
+        try:
+            case(str(plan.device))
+            report.correctness.append({"case": name, "ok": True})
+        except Exception as exc:  # an AssertionError from the check, or a compile/launch failure
+            report.correctness.append({"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+            report.errors.append(f"correctness {name}: {exc}")
+        print(f"  {name}: {'ok' if report.correctness[-1]['ok'] else 'FAILED'}", flush=True)
+
+
+# ---------------------------------------------------------------- kernel timings
+
+
+def _select_with_reset(logits, masked, all_masked, ids, path: str) -> None:
+    """One selection from a fully masked block (the step commits, so the mask is restored first)."""
+    masked.copy_(all_masked)
+    from kernels import select_confident
+
+    select_confident(logits, masked, ids, 0.9, path=path)
+
+
+def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
+    from kernels import block_attention, block_causal_attention, confidence_and_token
+    from latency_bench.kernels_timing import time_ms
+
+    dev, wu, reps = plan.device, plan.warmup, plan.reps
+
+    def record(kernel: str, shape: str, path: str, ms: float, floor_bytes: float = 0.0, flops: float = 0.0) -> None:
+        row: dict[str, object] = {"kernel": kernel, "shape": shape, "path": path, "ms": round(ms, 4)}
+        if floor_bytes:
+            row["floor_ms"] = round(floor_bytes / (bandwidth_gbs * 1e9) * 1e3, 4)
+            row["bw_frac"] = round(floor_bytes / (ms * 1e-3) / (bandwidth_gbs * 1e9), 3)
+        if flops:
+            row["tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
+        report.kernels.append(row)
+        print(f"  {kernel} {shape} [{path}]: {ms:.4f} ms", flush=True)
+
+    for batch in plan.batches:
+        logits = torch.randn(batch, BLOCK, plan.vocab, device=dev).to(torch.bfloat16)
+        all_masked = torch.ones(batch, BLOCK, dtype=torch.bool, device=dev)
+        masked, ids = all_masked.clone(), torch.zeros(batch, BLOCK, dtype=torch.int64, device=dev)
+        nbytes = logits.numel() * logits.element_size()
+        for path in plan.paths:
+            ms = time_ms(partial(confidence_and_token, logits, masked=all_masked, path=path), dev, wu, reps)
+            record("confidence", f"{batch}x{BLOCK}x{plan.vocab} bf16", path, ms, nbytes)
+            step = partial(_select_with_reset, logits, masked, all_masked, ids, path)
+            record("select_confident (+mask reset)", f"{batch}x{BLOCK}x{plan.vocab} bf16", path,
+                   time_ms(step, dev, wu, reps), nbytes)  # fmt: skip
+
+    s = _shape(plan.shapes[-1])
+    for batch in plan.batches:
+        for length in plan.prompts:
+            cap = length + BLOCK
+            q = torch.randn(batch, BLOCK, s.heads, s.head_dim, device=dev, dtype=torch.bfloat16)
+            kc = torch.randn(batch, cap, s.kv_heads, s.head_dim, device=dev, dtype=torch.bfloat16)
+            vc = torch.randn_like(kc)
+            len_t = torch.tensor([cap], device=dev)
+            kv_bytes = 2 * kc.numel() * kc.element_size()
+            label = f"B{batch} {BLOCK}q over {cap} keys, {s.heads}/{s.kv_heads}x{s.head_dim}"
+            for path in plan.paths:
+                ms = time_ms(partial(block_attention, q, kc, vc, len_t, path=path), dev, wu, reps)
+                record("block_attention (tensor len)", label, path, ms, kv_bytes)
+            ms = time_ms(partial(block_attention, q, kc, vc, cap, path="torch"), dev, wu, reps)
+            record("block_attention (int len, SDPA no mask)", label, "torch", ms, kv_bytes)
+
+    for length in plan.prompts:
+        q = torch.randn(1, length, s.heads, s.head_dim, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(1, length, s.kv_heads, s.head_dim, device=dev, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        flops = 4.0 * length * length / 2 * s.heads * s.head_dim  # causal half of QK^T and PV
+        label = f"{length} tokens, block {BLOCK}, {s.heads}/{s.kv_heads}x{s.head_dim}"
+        for path in plan.paths:
+            ms = time_ms(partial(block_causal_attention, q, k, v, BLOCK, path=path), dev, wu, reps)
+            record("block_causal_attention", label, path, ms, flops=flops)
+        sdpa = partial(torch.nn.functional.scaled_dot_product_attention, is_causal=True, enable_gqa=True)
+        ms = time_ms(partial(sdpa, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)), dev, wu, reps)
+        record("SDPA is_causal (speed reference, token-causal)", label, "torch", ms, flops=flops)
+
+
+# ---------------------------------------------------------------- model shapes
+
+
+def _shape(name: str):
+    from latency_bench.gpu_shapes import SHAPES
+
+    return SHAPES[name]
+
+
+class _BlockRunner:
+    """A model's denoising step for one (batch, capacity), graphed on CUDA, with block reset."""
+
+    def __init__(self, model, start: int) -> None:
+        from kernels import capture
+
+        dev = model.embed.device
+        self.model = model
+        self.mask_id = model.shape.vocab - 1
+        tokens = torch.full((model.batch, BLOCK), self.mask_id, dtype=torch.int64, device=dev)
+        masked = torch.ones(model.batch, BLOCK, dtype=torch.bool, device=dev)
+        start_t = torch.tensor([start], dtype=torch.int64, device=dev)
+        self.step = capture(model.denoise_step, [tokens, masked, start_t], mutated_inputs=[0, 1])
+        self.inputs = self.step.static_inputs if self.step.graphed else (tokens, masked, start_t)
+
+    def reset(self) -> None:
+        self.inputs[0].fill_(self.mask_id)
+        self.inputs[1].fill_(True)
+
+    def one_pass(self) -> None:
+        self.reset()
+        self.step(*self.inputs)
+
+    def first_block(self) -> None:
+        self.reset()
+        for _ in range(PASSES_PER_BLOCK):
+            self.step(*self.inputs)
+
+    def cold_first_block(self, prompt: torch.Tensor) -> None:
+        self.model.prefill(prompt, BLOCK)
+        self.first_block()
+
+
+def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
+    from latency_bench.gpu_shapes import RandomQwen3
+    from latency_bench.kernels_timing import time_ms
+
+    dev, wu, reps = plan.device, plan.warmup, plan.reps
+    for name in plan.shapes:
+        shape = _shape(name)
+        model = RandomQwen3(shape, 1, max(plan.prompts) + BLOCK, dev, torch.bfloat16, plan.paths[0])
+        floor_ms = model.weight_bytes() / (bandwidth_gbs * 1e9) * 1e3
+        for length in plan.prompts:
+            model.new_cache(1, length + BLOCK)
+            prompt = torch.randint(0, shape.vocab, (1, length), device=dev)
+            for path in plan.paths:
+                model.path = path
+                runner = _BlockRunner(model, length)
+                prefill_ms = time_ms(partial(model.prefill, prompt, BLOCK), dev, 1, max(1, reps // 5))
+                pass_ms = time_ms(runner.one_pass, dev, wu, reps)
+                warm_ms = time_ms(runner.first_block, dev, wu, max(1, reps // 3))
+                cold_ms = time_ms(partial(runner.cold_first_block, prompt), dev, 1, max(1, reps // 5))
+                row = {
+                    "shape": name, "prompt": length, "path": path, "graphed": runner.step.graphed,
+                    "weight_gb": round(model.weight_bytes() / 1e9, 3), "weight_floor_ms": round(floor_ms, 3),
+                    "pass_ms": round(pass_ms, 3), "pass_over_floor": round(pass_ms / floor_ms, 2),
+                    "prefill_ms": round(prefill_ms, 3),
+                    f"first_block_{PASSES_PER_BLOCK}_passes_warm_ms": round(warm_ms, 3),
+                    "first_block_cold_ms": round(cold_ms, 3),
+                }  # fmt: skip
+                report.models.append(row)
+                print(f"  {name} L={length} [{path}]: pass {pass_ms:.3f} ms (floor {floor_ms:.3f}), "
+                      f"prefill {prefill_ms:.2f}, first block warm {warm_ms:.2f} / cold {cold_ms:.2f} ms", flush=True)  # fmt: skip
+                del runner
+        length = min(plan.prompts)
+        for batch in plan.batches:
+            model.new_cache(batch, length + BLOCK)
+            for path in plan.paths:
+                model.path = path
+                runner = _BlockRunner(model, length)
+                pass_ms = time_ms(runner.one_pass, dev, wu, reps)
+                tok_s = TOKENS_PER_PASS * batch / (pass_ms * 1e-3)
+                report.decode.append({"shape": name, "batch": batch, "cache": length, "path": path,
+                                      "pass_ms": round(pass_ms, 3), "tok_s_at_3_per_pass": round(tok_s)})  # fmt: skip
+                print(f"  decode {name} B={batch} [{path}]: pass {pass_ms:.3f} ms -> {tok_s:.0f} tok/s", flush=True)
+                del runner
+        del model
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------- goals and output
+
+
+def evaluate_goals(report: Report) -> None:
+    """The issue's targets, judged on the best path for each figure (n/a when not measured)."""
+
+    def best(rows: list[dict[str, object]], key: str, **match: object) -> float | None:
+        vals = [float(r[key]) for r in rows if key in r and all(r.get(k) == v for k, v in match.items())]
+        return min(vals) if vals else None
+
+    conf = [float(r["bw_frac"]) for r in report.kernels if r["kernel"] == "confidence" and r["path"] == "triton"]
+    figures = [
+        ("confidence kernel >= 70% of copy bandwidth (best batch)", max(conf) if conf else None,
+         GOALS["confidence_bw_frac"], "ge"),
+        ("sdar-1.7b pass @4K cache <= 1.25x weight-read floor",
+         best(report.models, "pass_over_floor", shape="sdar-1.7b", prompt=4096), GOALS["pass_over_weight_floor"], "le"),
+        ("sdar-1.7b first block warm @512 <= 5 ms",
+         best(report.models, f"first_block_{PASSES_PER_BLOCK}_passes_warm_ms", shape="sdar-1.7b", prompt=512),
+         GOALS["first_block_warm_ms"], "le"),
+        ("sdar-1.7b first block cold @512 <= 12 ms",
+         best(report.models, "first_block_cold_ms", shape="sdar-1.7b", prompt=512), GOALS["first_block_cold_ms"], "le"),
+        ("sdar-1.7b decode batch 1 >= 3000 tok/s",
+         max((float(r["tok_s_at_3_per_pass"]) for r in report.decode if r["shape"] == "sdar-1.7b" and r["batch"] == 1),
+             default=None), GOALS["decode_tok_s_b1"], "ge"),
+    ]  # fmt: skip
+    for goal, value, target, sense in figures:
+        met = None if value is None else (value >= target if sense == "ge" else value <= target)
+        report.goals.append({"goal": goal, "value": value, "target": target, "met": met})
+
+
+def _table(rows: list[dict[str, object]]) -> str:
+    if not rows:
+        return "(none)\n"
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(report: Report) -> str:
+    env = ", ".join(f"{k}={v}" for k, v in report.env.items())
+    parts = [
+        "# GPU check\n", f"{env}\n", "## Goals (issue 7)\n", _table(report.goals),
+        "## Correctness (Triton vs torch reference on the device)\n", _table(report.correctness),
+        "## Kernels vs torch reference and the floor\n",
+        "`bw_frac`: bytes the kernel must read over time, as a fraction of the measured copy bandwidth.\n\n",
+        _table(report.kernels),
+        f"## Model shapes (random weights, bf16, {BLOCK}-token block, {PASSES_PER_BLOCK} passes per first block)\n",
+        _table(report.models),
+        f"## Decode throughput (at {TOKENS_PER_PASS} tokens committed per pass)\n", _table(report.decode),
+    ]  # fmt: skip
+    if report.errors:
+        parts += ["## Errors\n", "```\n" + "\n".join(report.errors) + "\n```\n"]
+    return "\n".join(parts)
+
+
+def write_results(report: Report, out_dir: Path, dry_run: bool) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"gpu_check_{'dryrun_' if dry_run else ''}{dt.date.today().isoformat()}"
+    md, js = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+    md.write_text(render_markdown(report))
+    js.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    return md, js
+
+
+def _available_paths(device: torch.device) -> tuple[str, ...]:
+    from kernels.dispatch import kernel_path
+
+    try:
+        kernel_path("triton", device)
+    except RuntimeError as exc:
+        print(f"Triton path unavailable ({exc}); timing the torch path only", file=sys.stderr)
+        return ("torch",)
+    return ("triton", "torch")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--skip-models", action="store_true", help="kernels only")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    elif not torch.cuda.is_available():
+        raise SystemExit("gpu_check: no CUDA device is visible; this check needs a GPU (use --dry-run on a CPU)")
+
+    device = torch.device("cpu" if args.dry_run else "cuda")
+    plan = Plan.make(args.dry_run, _available_paths(device))
+    torch.manual_seed(0)
+    report = Report(env=environment(plan))
+    bandwidth: dict[str, float] = {}
+
+    def measure_bandwidth() -> None:
+        from latency_bench.kernels_timing import copy_bandwidth_gbs
+
+        bandwidth["gbs"] = copy_bandwidth_gbs(plan.device, plan.copy_bytes)
+        report.env["copy_bandwidth_gbs"] = round(bandwidth["gbs"], 1)
+        print(f"  copy bandwidth {bandwidth['gbs']:.1f} GB/s", flush=True)
+
+    report.section("copy bandwidth", measure_bandwidth)
+    report.section("correctness", lambda: run_correctness(plan, report))
+    if "gbs" in bandwidth:
+        report.section("kernel timings", lambda: run_kernel_timings(plan, report, bandwidth["gbs"]))
+        if not args.skip_models:
+            report.section("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"]))
+    evaluate_goals(report)
+    md, js = write_results(report, args.out_dir, args.dry_run)
+    print(f"wrote {md} and {js}")
+    if report.errors:
+        print(f"gpu_check: {len(report.errors)} failure(s); see {md}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The GPU check (issue 7): kernel correctness on the device, kernel and model-shape timings vs
+# their floors. Needs only PyTorch + Triton on a CUDA machine; writes latency_bench/results/.
+# Usage: latency_bench/gpu_check.sh [--skip-models] [--out-dir DIR]     (PYTHON=... to pick one)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+unset TRITON_INTERPRET DLM_KERNELS  # compiled kernels; the check picks each path itself
+PY="${PYTHON:-$(command -v python3 || command -v python)}"
+exec timeout "${GPU_CHECK_TIMEOUT:-290}" "$PY" -m latency_bench.gpu_check "$@"

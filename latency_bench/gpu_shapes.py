@@ -1,0 +1,146 @@
+"""A minimal Qwen3-shaped transformer with random weights, for timing the kernel path.
+
+Not a model: it has the shapes and the memory traffic of Qwen3 / SDAR checkpoints (fused QKV
+and gate-up projections, per-head q/k RMSNorm, RoPE, SwiGLU, tied LM head) and a static KV
+cache, so a denoising pass, a prefill and a batch step cost what they would in the engine.
+Every input of a denoising step is a device tensor, so the whole step can be CUDA-graphed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernels import block_attention, block_causal_attention, select_confident
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    rope_theta: float = 1_000_000.0
+
+
+SHAPES = {
+    "qwen3-0.6b": Shape("qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936),
+    "sdar-1.7b": Shape("sdar-1.7b", 2048, 28, 16, 8, 128, 6144, 151936),  # Qwen3-1.7B backbone
+    "tiny": Shape("tiny", 64, 2, 4, 2, 16, 128, 512),  # for --dry-run on CPU
+}
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE; ``cos``/``sin`` are ``[T, D]`` for the tokens' absolute positions."""
+    half = x.shape[-1] // 2
+    xf = x.float()
+    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
+    return (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
+
+
+class RandomQwen3:
+    """Random weights and a static ``[layers, B, capacity, Hkv, D]`` KV cache on one device."""
+
+    def __init__(
+        self, shape: Shape, batch: int, capacity: int, device: torch.device, dtype: torch.dtype, path: str
+    ) -> None:
+        self.shape, self.path = shape, path
+        s = shape
+        qkv_out = (s.heads + 2 * s.kv_heads) * s.head_dim
+
+        def w(*dims: int) -> torch.Tensor:
+            return torch.randn(*dims, device=device, dtype=dtype) * 0.02
+
+        self.embed = w(s.vocab, s.hidden)  # tied with the LM head
+        self.layers = [
+            {
+                "qkv": w(qkv_out, s.hidden),
+                "o": w(s.hidden, s.heads * s.head_dim),
+                "gate_up": w(2 * s.intermediate, s.hidden),
+                "down": w(s.hidden, s.intermediate),
+                "in_norm": torch.ones(s.hidden, device=device, dtype=dtype),
+                "post_norm": torch.ones(s.hidden, device=device, dtype=dtype),
+                "q_norm": torch.ones(s.head_dim, device=device, dtype=dtype),
+                "k_norm": torch.ones(s.head_dim, device=device, dtype=dtype),
+            }
+            for _ in range(s.layers)
+        ]
+        self.final_norm = torch.ones(s.hidden, device=device, dtype=dtype)
+        self.new_cache(batch, capacity)
+
+    def new_cache(self, batch: int, capacity: int) -> None:
+        """(Re)allocate the KV cache and RoPE tables; the weights are kept."""
+        s, device, dtype = self.shape, self.embed.device, self.embed.dtype
+        self.batch, self.capacity = batch, capacity
+        self.k_cache = self.v_cache = None  # free the old cache before allocating the new one
+        cache = (s.layers, batch, capacity, s.kv_heads, s.head_dim)
+        self.k_cache = torch.zeros(cache, device=device, dtype=dtype)
+        self.v_cache = torch.zeros(cache, device=device, dtype=dtype)
+        inv_freq = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2, device=device).float() / s.head_dim)
+        angles = torch.arange(capacity, device=device).float()[:, None] * inv_freq[None, :]
+        angles = torch.cat([angles, angles], dim=-1)
+        self.cos, self.sin = angles.cos(), angles.sin()
+
+    def weight_bytes(self) -> int:
+        """Bytes a block pass must read: every layer weight plus the (tied) LM head once."""
+        tensors = [t for p in self.layers for t in p.values()] + [self.embed, self.final_norm]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def _qkv(self, p: dict[str, torch.Tensor], x: torch.Tensor, pos: torch.Tensor):
+        s = self.shape
+        B, T, _ = x.shape
+        q, k, v = (_rms(x, p["in_norm"]) @ p["qkv"].T).split(
+            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
+        )
+        q = _rms(q.reshape(B, T, s.heads, s.head_dim), p["q_norm"])
+        k = _rms(k.reshape(B, T, s.kv_heads, s.head_dim), p["k_norm"])
+        cos, sin = self.cos[pos], self.sin[pos]
+        return _rope(q, cos, sin), _rope(k, cos, sin), v.reshape(B, T, s.kv_heads, s.head_dim)
+
+    def _mlp_residual(self, p: dict[str, torch.Tensor], x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        x = x + attn.flatten(2) @ p["o"].T
+        gate, up = (_rms(x, p["post_norm"]) @ p["gate_up"].T).chunk(2, dim=-1)
+        return x + (F.silu(gate) * up) @ p["down"].T
+
+    def prefill(self, tokens: torch.Tensor, block_size: int) -> None:
+        """Fill cache positions ``0..L-1`` with block-causal attention (no logits are needed)."""
+        L = tokens.shape[1]
+        pos = torch.arange(L, device=tokens.device)
+        x = self.embed[tokens]
+        for i, p in enumerate(self.layers):
+            q, k, v = self._qkv(p, x, pos)
+            self.k_cache[i, :, :L] = k
+            self.v_cache[i, :, :L] = v
+            x = self._mlp_residual(p, x, block_causal_attention(q, k, v, block_size, path=self.path))
+
+    def block_logits(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """One pass over a block at positions ``start..start+T-1`` (``start`` a 1-element tensor)."""
+        T = tokens.shape[1]
+        pos = start + torch.arange(T, device=tokens.device)
+        x = self.embed[tokens]
+        for i, p in enumerate(self.layers):
+            q, k, v = self._qkv(p, x, pos)
+            self.k_cache[i].index_copy_(1, pos, k)
+            self.v_cache[i].index_copy_(1, pos, v)
+            attn = block_attention(q, self.k_cache[i], self.v_cache[i], start + T, path=self.path)
+            x = self._mlp_residual(p, x, attn)
+        return _rms(x, self.final_norm) @ self.embed.T
+
+    def denoise_step(
+        self, tokens: torch.Tensor, masked: torch.Tensor, start: torch.Tensor, threshold: float = 0.9
+    ) -> torch.Tensor:
+        """A full denoising step: the pass, then fused confidence selection updating the block in place."""
+        logits = self.block_logits(tokens, start)
+        _, _, count = select_confident(logits, masked, tokens, threshold, path=self.path)
+        return count

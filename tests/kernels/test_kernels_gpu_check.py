@@ -1,0 +1,68 @@
+"""The GPU check script and its model-shape harness, run on the CPU (dry run, tiny shapes)."""
+
+import json
+
+import pytest
+import torch
+
+from latency_bench import gpu_check
+from latency_bench.gpu_shapes import SHAPES, RandomQwen3
+
+
+def test_dry_run_writes_a_complete_report(tmp_path):
+    assert gpu_check.main(["--dry-run", "--out-dir", str(tmp_path)]) == 0
+    (js,) = tmp_path.glob("gpu_check_dryrun_*.json")
+    report = json.loads(js.read_text())
+    assert report["errors"] == []
+    assert len(report["correctness"]) >= 10 and all(c["ok"] for c in report["correctness"])
+    kernels = {r["kernel"] for r in report["kernels"]}
+    assert {"confidence", "block_attention (tensor len)", "block_causal_attention"} <= kernels
+    assert {r["path"] for r in report["models"]} == {"triton", "torch"}
+    assert {r["batch"] for r in report["decode"]} == {1, 2}
+    assert all(r["pass_ms"] > 0 for r in report["models"] + report["decode"])
+    md = js.with_suffix(".md").read_text()
+    assert "## Goals" in md and "| confidence |" in md
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_refuses_to_run_without_cuda():
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        gpu_check.main([])
+
+
+def test_goals_are_judged_on_the_best_path():
+    report = gpu_check.Report(
+        kernels=[{"kernel": "confidence", "path": "triton", "bw_frac": 0.8}],
+        models=[
+            {"shape": "sdar-1.7b", "prompt": 4096, "path": "triton", "pass_over_floor": 1.2},
+            {"shape": "sdar-1.7b", "prompt": 4096, "path": "torch", "pass_over_floor": 2.0},
+        ],
+        decode=[{"shape": "sdar-1.7b", "batch": 1, "path": "triton", "tok_s_at_3_per_pass": 2500}],
+    )
+    gpu_check.evaluate_goals(report)
+    met = {g["goal"]: g["met"] for g in report.goals}
+    assert met["confidence kernel >= 70% of copy bandwidth (best batch)"] is True
+    assert met["sdar-1.7b pass @4K cache <= 1.25x weight-read floor"] is True
+    assert met["sdar-1.7b decode batch 1 >= 3000 tok/s"] is False
+    assert met["sdar-1.7b first block warm @512 <= 5 ms"] is None  # not measured
+
+
+def test_model_step_agrees_across_kernel_paths():
+    torch.manual_seed(0)
+    model = RandomQwen3(SHAPES["tiny"], 2, 48, torch.device("cpu"), torch.float32, "torch")
+    prompt = torch.randint(0, 500, (2, 24))
+    logits = {}
+    for path in ("torch", "triton"):
+        model.path = path
+        model.prefill(prompt, 8)
+        tokens = torch.full((2, 16), 511, dtype=torch.int64)
+        masked = torch.ones(2, 16, dtype=torch.bool)
+        logits[path] = model.block_logits(tokens, torch.tensor([24]))
+        count = model.denoise_step(tokens, masked, torch.tensor([24]), threshold=0.0)
+        # threshold 0 commits the whole block, each position its argmax (the pass is deterministic)
+        assert count.tolist() == [16, 16] and not masked.any()
+        assert torch.equal(tokens, logits[path].argmax(-1))
+    torch.testing.assert_close(logits["triton"], logits["torch"], atol=1e-4, rtol=1e-4)
+    assert model.weight_bytes() == 4 * sum(
+        t.numel() for t in [model.embed, model.final_norm, *(w for p in model.layers for w in p.values())]
+    )
