@@ -122,7 +122,7 @@ def diffusion_generate(
     _check_alg(alg)
     x = _canvas(model, prompt_ids, max_new_tokens, mask_id)
     prompt_len = len(x) - max_new_tokens
-    filled_at = torch.full((len(x),), -1, dtype=torch.long)
+    filled_at = torch.full((len(x),), -1, dtype=torch.long, device=x.device)
     timesteps = dream_timesteps(steps, eps)
     if alg == "confidence_threshold":
         if max_new_tokens % steps:
