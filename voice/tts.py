@@ -25,6 +25,23 @@ class TtsConfig:
     """Speaking rate: < 1 faster, > 1 slower; None keeps the voice's own."""
     volume: float = 0.8
     """Piper normalises each sentence to full scale; this leaves headroom so resampling cannot clip."""
+    max_trailing_silence_ms: int = 150
+    """Piper ends each sentence with up to ~280 ms of silence; this much is kept as the pause."""
+
+
+_SILENCE_LEVEL = 300  # about -40 dBFS: below this a sample counts as silence
+_LEAD_KEEP_S = 0.005
+
+
+def trim_silence(pcm: np.ndarray, sample_rate: int, max_trailing_ms: int) -> np.ndarray:
+    """Drop leading silence (up to 60 ms in Piper's output, and every ms of it is latency) and cap
+    the trailing silence; keep a few ms before the onset so it does not click."""
+    loud = np.nonzero(np.abs(pcm.astype(np.int32)) > _SILENCE_LEVEL)[0]
+    if len(loud) == 0:
+        return pcm[:0]
+    start = max(0, loud[0] - round(_LEAD_KEEP_S * sample_rate))
+    stop = min(len(pcm), loud[-1] + 1 + round(max_trailing_ms * sample_rate / 1000))
+    return pcm[start:stop]
 
 
 class PiperTts:
@@ -57,7 +74,9 @@ class PiperTts:
         if not any(ch.isalnum() for ch in text):
             return
         for chunk in self._voice.synthesize(text, self._syn_config):
-            yield resample(chunk.audio_int16_array, self.sample_rate, rate)
+            pcm = trim_silence(chunk.audio_int16_array, self.sample_rate, self.config.max_trailing_silence_ms)
+            if len(pcm):
+                yield resample(pcm, self.sample_rate, rate)
 
     def synthesize(self, text: str, out_rate: int | None = None) -> np.ndarray:
         """All of ``text`` as one int16 PCM array (empty when there is nothing to say)."""

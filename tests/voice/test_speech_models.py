@@ -9,7 +9,7 @@ import pytest
 from voice.asr import ASR_RATE, StreamingTranscriber, WhisperAsr
 from voice.audio import AudioFormatError, PcmFrame, resample
 from voice.local_agreement import normalize_word
-from voice.tts import PiperTts
+from voice.tts import PiperTts, trim_silence
 from voice.vad import TurnDetector, VadConfig, VadEventKind
 
 K = VadEventKind
@@ -65,6 +65,20 @@ def test_tts_speaks_at_every_transport_rate(tts: PiperTts, asr: WhisperAsr) -> N
     phone = tts.synthesize("The answer is forty two.", 8000)
     heard = asr.transcribe(resample(phone, 8000, ASR_RATE))
     assert words(heard.text) == ["the", "answer", "is", "42"]  # the 8 kHz phone rendering is intelligible
+
+
+def test_tts_starts_speaking_at_once_and_keeps_a_short_pause(tts: PiperTts) -> None:
+    pcm = tts.synthesize("Well, it depends.", 24000)
+    loud = np.nonzero(np.abs(pcm) > 300)[0]
+    assert loud[0] / 24000 <= 0.010  # Piper itself starts this one ~60 ms late
+    assert 0.05 <= (len(pcm) - loud[-1]) / 24000 <= 0.16
+
+
+def test_trim_silence_edges() -> None:
+    pcm = np.concatenate([np.zeros(1000, np.int16), np.full(100, 5000, np.int16), np.zeros(5000, np.int16)])
+    trimmed = trim_silence(pcm, 16000, max_trailing_ms=100)
+    assert len(trimmed) == 80 + 100 + 1600
+    assert len(trim_silence(np.zeros(500, np.int16), 16000, 100)) == 0
 
 
 def test_tts_streams_one_piece_per_sentence_and_rejects_bad_input(tts: PiperTts) -> None:
