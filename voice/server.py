@@ -11,12 +11,15 @@ never defaulted): everything but the page and the health check then requires it.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import hmac
 import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -25,6 +28,10 @@ from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import is_loopback
 from voice.transports import phone, realtime_ws, twilio, webrtc
 from voice.transports.sessions import SESSIONS, ConversationFactory, SessionRegistry
+
+if TYPE_CHECKING:
+    from voice.config import PipelineConfig
+    from voice.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -79,25 +86,21 @@ def token_middleware(token: str) -> Callable[..., Awaitable[web.StreamResponse]]
     return middleware
 
 
-def _mount_openai_api(app: web.Application) -> None:
-    """The OpenAI HTTP API of the other packages, when they are installed in this checkout."""
-    try:
-        from voice.audio_api import add_audio_routes
-    except ImportError as err:
-        log.warning("OpenAI audio routes unavailable: %s", err)
-    else:
-        add_audio_routes(app)
-    try:
-        from dlm.api.server import add_routes as add_chat_routes
-    except ImportError as err:
-        log.warning("OpenAI chat routes unavailable: %s", err)
-    else:
-        add_chat_routes(app)
+def _mount_openai_api(app: web.Application, resources: Resources) -> None:
+    """/v1/models, /v1/chat/completions and /v1/audio/* on the models the voice pipeline already loaded."""
+    from dlm.api.server import add_openai_routes
+    from voice.audio_api import AudioModels, add_audio_routes
+
+    add_openai_routes(app, resources.engine, resources.config.lm.checkpoint_path().name)
+    add_audio_routes(app, AudioModels(asr=resources.asr, tts=resources.tts))
 
 
 def create_app(new_conversation: ConversationFactory, config: ServerConfig | None = None,
-               metrics: CollectorRegistry | None = None, openai_api: bool = True) -> web.Application:
-    """The aiohttp app; ``new_conversation`` makes one :class:`~voice.events.Conversation` per caller."""
+               metrics: CollectorRegistry | None = None, resources: Resources | None = None) -> web.Application:
+    """The aiohttp app; ``new_conversation`` makes one :class:`~voice.events.Conversation` per caller.
+
+    With ``resources`` the OpenAI HTTP API is mounted too, sharing the pipeline's engine, ASR and TTS.
+    """
     config = config or ServerConfig()
     check_bind(config)
     app = web.Application(middlewares=[error_middleware], client_max_size=1 << 20)
@@ -109,8 +112,8 @@ def create_app(new_conversation: ConversationFactory, config: ServerConfig | Non
     webrtc.add_routes(app, config.webrtc)
     realtime_ws.add_routes(app)
     app.router.add_get("/phone/twilio", phone.handler(twilio.TwilioSerializer))
-    if openai_api:
-        _mount_openai_api(app)
+    if resources is not None:
+        _mount_openai_api(app, resources)
     app.router.add_get("/healthz", _health)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/", _index(config.web_dir))
@@ -163,3 +166,33 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         webrtc=webrtc.WebRtcConfig(ice_servers=tuple(getattr(args, "stun", ()) or ()),
                                    loopback_only=is_loopback(host)),
     )
+
+
+def main(args: argparse.Namespace) -> int:
+    """``python -m voice serve``: load the models once, then serve until interrupted."""
+    from voice.config import load_config
+
+    config = server_config(args)
+    check_bind(config)  # before spending seconds on loading models
+    pipeline_config = load_config(getattr(args, "config", "default"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(config, pipeline_config))
+    return 0
+
+
+async def _serve(config: ServerConfig, pipeline_config: PipelineConfig) -> None:
+    from voice.pipeline import VoicePipeline
+    from voice.resources import Resources
+
+    resources = await Resources.load(pipeline_config)
+    app = create_app(lambda: VoicePipeline(resources), config, resources.metrics.registry, resources)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, config.host, config.port).start()
+        print(f"voice server on http://{config.host}:{config.port}/ (Ctrl-C stops it)", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        resources.close()

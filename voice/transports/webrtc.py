@@ -42,7 +42,7 @@ from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 
 from dlm.api.errors import APIError, bad_request
-from voice.audio import AudioBuffer, Resampler
+from voice.transports.playout import OnPlayed, Playout
 from voice.transports.realtime_events import ClientEventError, apply_session_update
 from voice.transports.realtime_session import RealtimeSession
 from voice.transports.sessions import SESSIONS, Session, SessionLimitError
@@ -74,6 +74,7 @@ class WebRtcConfig:
     ice_servers: tuple[str, ...] = ()  # e.g. ("stun:stun.example.org:3478",); none by default
     loopback_only: bool = True  # offer only 127.0.0.1 (server bound to loopback)
     connect_timeout_s: float = 20.0  # a call whose ICE never connects is freed after this
+    media_timeout_s: float = 5.0  # browsers send audio all the time: this long without any, the caller is gone
 
 
 WEBRTC_CONFIG = web.AppKey("webrtc_config", WebRtcConfig)
@@ -115,45 +116,24 @@ def offer_loopback_candidates(loopback_only: bool) -> None:
 class PacedAudioTrack(MediaStreamTrack):
     """The assistant's voice as a WebRTC track: real-time paced, silent when idle, clearable.
 
-    ``write`` queues pipeline audio (resampled statefully to 48 kHz); aiortc pulls 20 ms frames through
+    ``write`` queues pipeline audio in a :class:`Playout` at 48 kHz; aiortc pulls 20 ms frames through
     :meth:`recv`, which sleeps until each frame is due so the browser's jitter buffer never fills up
-    with audio sent early. As frames leave, ``on_played(turn_id, samples)`` reports how much of each
-    turn (in the turn's own sample rate) has gone out, for barge-in history.
+    with audio sent early. ``on_played(turn_id, samples)`` hears what of each turn has gone out.
     """
 
     kind = "audio"
 
-    def __init__(self, on_played: Any = None, max_seconds: float = 120.0) -> None:
+    def __init__(self, on_played: OnPlayed | None = None) -> None:
         super().__init__()
-        self._buffer = AudioBuffer(int(max_seconds * WEBRTC_RATE))
-        self._segments: deque[list[int]] = deque()  # [turn_id, samples at 48 kHz left, source rate]
-        self._played: dict[int, float] = {}
-        self._resampler: Resampler | None = None
-        self._on_played = on_played
+        self.playout = Playout(WEBRTC_RATE, on_played)
         self._start: float | None = None
         self._pts = 0
 
-    @property
-    def queued_samples(self) -> int:
-        return len(self._buffer)
-
     def write(self, turn_id: int, pcm: np.ndarray, sample_rate: int) -> None:
-        if self._resampler is None or self._resampler.in_rate != sample_rate:
-            self._resampler = Resampler(sample_rate, WEBRTC_RATE)
-        out = self._resampler.process(pcm)
-        if len(out) == 0:
-            return
-        self._buffer.write(out)
-        if self._segments and self._segments[-1][0] == turn_id:
-            self._segments[-1][1] += len(out)
-        else:
-            self._segments.append([turn_id, len(out), sample_rate])
+        self.playout.write(turn_id, pcm, sample_rate)
 
-    def clear(self) -> int:
-        """Drop all queued audio (barge-in); return how many 48 kHz samples were never played."""
-        self._segments.clear()
-        self._resampler = None
-        return self._buffer.clear()
+    def clear(self) -> None:
+        self.playout.clear()
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
@@ -166,27 +146,13 @@ class PacedAudioTrack(MediaStreamTrack):
             self._start = now - self._pts / WEBRTC_RATE
         elif due > now:
             await asyncio.sleep(due - now)
-        pcm = self._buffer.read(FRAME_SAMPLES, pad=True)
-        self._account(FRAME_SAMPLES)
+        pcm = self.playout.read(FRAME_SAMPLES)
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = WEBRTC_RATE
         frame.pts = self._pts
         frame.time_base = Fraction(1, WEBRTC_RATE)
         self._pts += FRAME_SAMPLES
         return frame
-
-    def _account(self, samples: int) -> None:
-        while samples and self._segments:
-            segment = self._segments[0]
-            take = min(samples, segment[1])
-            segment[1] -= take
-            samples -= take
-            turn, rate = segment[0], segment[2]
-            self._played[turn] = self._played.get(turn, 0.0) + take * rate / WEBRTC_RATE
-            if self._on_played is not None:
-                self._on_played(turn, int(self._played[turn]))
-            if segment[1] == 0:
-                self._segments.popleft()
 
 
 def to_mono(frame: av.AudioFrame) -> np.ndarray:
@@ -264,11 +230,23 @@ class WebRtcCall:
             self._spawn(self._receive_audio(track), "audio-in")
 
     async def _receive_audio(self, track: MediaStreamTrack) -> None:
+        """Caller audio into the conversation; a silent wire ends the call.
+
+        A closed tab sends no goodbye: ICE consent checks would notice after ~30 s, the missing audio
+        after ``media_timeout_s``, so the session is freed as soon as the media stops.
+        """
         conversation = self.session.conversation
-        with contextlib.suppress(MediaStreamError):
+        timeout: float | None = None  # until the first frame, the connect watchdog is in charge
+        try:
             while True:
-                frame = await track.recv()
+                frame = await asyncio.wait_for(track.recv(), timeout)
+                timeout = self.config.media_timeout_s
                 await conversation.push_audio(to_mono(frame), frame.sample_rate)
+        except MediaStreamError:
+            pass
+        except asyncio.TimeoutError:
+            log.info("%s: no caller audio for %.1f s; ending the call", self.session.id, timeout)
+        await self.session.close()
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
         if channel.label != EVENTS_CHANNEL or self._channel is not None:

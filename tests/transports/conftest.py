@@ -1,0 +1,1 @@
+from live_server import serve  # noqa: F401  (the fixture)
