@@ -1,0 +1,207 @@
+"""JSON schemas compiled into a flat table of nodes that both the prefix automaton and `check` walk.
+
+Supported: type (incl. lists), enum, const, object properties/required/additionalProperties, array
+items/minItems/maxItems, string minLength/maxLength, anyOf/oneOf (oneOf is treated as anyOf: exclusivity
+is not enforced), allOf with a single member, local $ref into #/$defs or #/definitions. Annotation keywords
+are ignored; any other constraint keyword raises `SchemaError`, since silently ignoring it would let the
+decoder produce output the caller's validator rejects.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+_ANNOTATIONS = {
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs", "definitions",
+    "strict", "name", "deprecated", "readOnly", "writeOnly",
+}
+_HANDLED = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
+    "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref",
+}
+_TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
+
+
+class SchemaError(ValueError):
+    """The schema uses something the constrained decoder cannot enforce, or is malformed."""
+
+
+@dataclass
+class Node:
+    """One compiled schema: `kind` is a JSON type, 'literal' (enum/const/boolean/null), 'anyof' or 'any'."""
+
+    kind: str
+    literals: tuple[str, ...] = ()
+    properties: dict[str, int] = field(default_factory=dict)
+    required: frozenset[str] = frozenset()
+    additional: int | None = None  # node id for extra keys; None forbids them
+    items: int = -1
+    min_items: int = 0
+    max_items: int | None = None
+    min_length: int = 0
+    max_length: int | None = None
+    alternatives: tuple[int, ...] = ()
+
+
+class CompiledSchema:
+    """A schema's nodes; node 0 is the root. `ANY` is the id of the unconstrained node."""
+
+    def __init__(self, schema: dict[str, Any] | bool):
+        self.nodes: list[Node] = []
+        self._root_doc = schema if isinstance(schema, dict) else {}
+        self._refs: dict[str, int] = {}
+        root = self._add_placeholder()
+        self.ANY = self._add(Node("any"))
+        self._fill(root, schema)
+
+    def _add_placeholder(self) -> int:
+        self.nodes.append(Node("any"))
+        return len(self.nodes) - 1
+
+    def _add(self, node: Node) -> int:
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def _compile(self, schema: Any) -> int:
+        if schema is True or schema == {}:
+            return self.ANY
+        node_id = self._add_placeholder()
+        self._fill(node_id, schema)
+        return node_id
+
+    def _resolve_ref(self, ref: str) -> int:
+        if ref not in self._refs:
+            parts = ref.split("/")
+            if len(parts) != 3 or parts[0] != "#" or parts[1] not in ("$defs", "definitions"):
+                raise SchemaError(f"only local refs like '#/$defs/Name' are supported, got {ref!r}")
+            target = self._root_doc.get(parts[1], {}).get(parts[2])
+            if target is None:
+                raise SchemaError(f"unresolved $ref {ref!r}")
+            self._refs[ref] = node_id = self._add_placeholder()
+            self._fill(node_id, target)
+        return self._refs[ref]
+
+    def _fill(self, node_id: int, schema: Any) -> None:
+        if schema is True:
+            schema = {}
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema must be an object or true, got {schema!r}")
+        unknown = set(schema) - _HANDLED - _ANNOTATIONS
+        if unknown:
+            raise SchemaError(f"unsupported schema keywords: {', '.join(sorted(unknown))}")
+        self.nodes[node_id] = self._build(schema)
+
+    def _build(self, schema: dict[str, Any]) -> Node:
+        if "$ref" in schema:
+            return Node("anyof", alternatives=(self._resolve_ref(schema["$ref"]),))
+        if "allOf" in schema:
+            if len(schema["allOf"]) != 1:
+                raise SchemaError("allOf is supported only with a single member")
+            rest = {k: v for k, v in schema.items() if k != "allOf"}
+            return self._build({**rest, **schema["allOf"][0]})
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                rest = {k: v for k, v in schema.items() if k != key}
+                if not schema[key]:
+                    raise SchemaError(f"{key} must not be empty")
+                alts = tuple(self._compile({**rest, **alt}) for alt in schema[key])
+                return Node("anyof", alternatives=alts)
+        types = schema.get("type")
+        if "enum" in schema or "const" in schema:
+            values = [schema["const"]] if "const" in schema else list(schema["enum"])
+            if types is not None:
+                values = [v for v in values if _matches_type(v, types)]
+            if not values:
+                raise SchemaError("enum/const leaves no allowed value")
+            return Node("literal", literals=tuple(dict.fromkeys(_dump(v) for v in values)))
+        if isinstance(types, list):
+            rest = {k: v for k, v in schema.items() if k != "type"}
+            return Node("anyof", alternatives=tuple(self._compile({**rest, "type": t}) for t in types))
+        if types is None:
+            if any(k in schema for k in ("properties", "required", "additionalProperties")):
+                types = "object"
+            elif "items" in schema:
+                types = "array"
+            else:
+                return Node("anyof", alternatives=(self.ANY,))
+        if types not in _TYPES:
+            raise SchemaError(f"unknown type {types!r}")
+        if types == "boolean":
+            return Node("literal", literals=("true", "false"))
+        if types == "null":
+            return Node("literal", literals=("null",))
+        if types == "object":
+            return self._object(schema)
+        if types == "array":
+            items = self._compile(schema.get("items", True))
+            return Node("array", items=items, min_items=schema.get("minItems", 0),
+                        max_items=schema.get("maxItems"))
+        if types == "string":
+            return Node("string", min_length=schema.get("minLength", 0), max_length=schema.get("maxLength"))
+        return Node(types)
+
+    def _object(self, schema: dict[str, Any]) -> Node:
+        props = {name: self._compile(sub) for name, sub in schema.get("properties", {}).items()}
+        required = frozenset(schema.get("required", ()))
+        extra = schema.get("additionalProperties", True)
+        additional = None if extra is False else self._compile(extra)
+        missing = required - set(props)
+        if additional is None and missing:
+            raise SchemaError(f"required keys {sorted(missing)} are not allowed by additionalProperties false")
+        return Node("object", properties=props, required=required, additional=additional)
+
+
+def _dump(value: Any) -> str:
+    """The canonical text of a literal, the form the decoder must produce."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _matches_type(value: Any, types: str | list[str]) -> bool:
+    return any(_is_type(value, t) for t in ([types] if isinstance(types, str) else types))
+
+
+def _is_type(value: Any, type_name: str) -> bool:
+    if type_name == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    python_types = {"string": str, "boolean": bool, "null": type(None), "object": dict, "array": list}
+    return isinstance(value, python_types[type_name])
+
+
+def check(value: Any, schema: CompiledSchema, node_id: int = 0, path: str = "$") -> list[str]:
+    """Every way `value` breaks the schema, as readable messages (empty when it conforms)."""
+    node = schema.nodes[node_id]
+    if node.kind == "any":
+        return []
+    if node.kind == "anyof":
+        results = [check(value, schema, alt, path) for alt in node.alternatives]
+        return [] if any(not r for r in results) else results[0]
+    if node.kind == "literal":
+        ok = _dump(value) in node.literals
+        return [] if ok else [f"{path}: {value!r} is not one of {', '.join(node.literals)}"]
+    if not _is_type(value, node.kind):
+        return [f"{path}: expected {node.kind}, got {type(value).__name__}"]
+    if node.kind == "string":
+        if len(value) < node.min_length or (node.max_length is not None and len(value) > node.max_length):
+            return [f"{path}: string length {len(value)} out of bounds"]
+        return []
+    if node.kind == "array":
+        errors = [] if len(value) >= node.min_items else [f"{path}: fewer than {node.min_items} items"]
+        if node.max_items is not None and len(value) > node.max_items:
+            errors.append(f"{path}: more than {node.max_items} items")
+        for i, item in enumerate(value):
+            errors += check(item, schema, node.items, f"{path}[{i}]")
+        return errors
+    if node.kind == "object":
+        errors = [f"{path}: missing required key {k!r}" for k in sorted(node.required - set(value))]
+        for key, item in value.items():
+            sub = node.properties.get(key, node.additional)
+            if sub is None:
+                errors.append(f"{path}: unexpected key {key!r}")
+            else:
+                errors += check(item, schema, sub, f"{path}.{key}")
+        return errors
+    return []

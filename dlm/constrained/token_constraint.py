@@ -1,0 +1,118 @@
+"""Token-level JSON-schema constraint: which vocabulary entries keep a valid completion possible.
+
+The diffusion engine commits, inside a constrained span, only the leftmost masked position, with the
+argmax over `allowed_token_ids()`. Allowed sets are cached per automaton state (many positions share a
+state, e.g. the inside of a free string) and tokens are prefiltered by their first character.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any
+
+from dlm.constrained.json_prefix import JsonPrefixAutomaton, State
+from dlm.constrained.schema import CompiledSchema
+
+_MAX_CACHED_STEPS = 500_000
+
+
+class TokenGrammar:
+    """A schema bound to a vocabulary; shared by every constraint over that pair (it holds the caches)."""
+
+    def __init__(self, schema: dict[str, Any] | bool, vocab: Sequence[str],
+                 stop_token_ids: Iterable[int] = (), max_whitespace: int = 1):
+        self.automaton = JsonPrefixAutomaton(CompiledSchema(schema), max_whitespace)
+        self.vocab = list(vocab)
+        self.stop_token_ids = tuple(sorted(set(stop_token_ids)))
+        self._by_first: dict[str, list[int]] = {}
+        for token_id, text in enumerate(self.vocab):
+            if text and token_id not in self.stop_token_ids:
+                self._by_first.setdefault(text[0], []).append(token_id)
+        self._steps: dict[tuple[State, str], State] = {}
+        self._allowed: dict[State, tuple[int, ...]] = {}
+
+    def step(self, state: State, char: str) -> State:
+        key = (state, char)
+        nxt = self._steps.get(key)
+        if nxt is None:
+            if len(self._steps) > _MAX_CACHED_STEPS:
+                self._steps.clear()
+            nxt = self._steps[key] = self.automaton.step(state, char)
+        return nxt
+
+    def feed(self, state: State, text: str) -> State:
+        for char in text:
+            state = self.step(state, char)
+            if not state:
+                break
+        return state
+
+    def allowed(self, state: State) -> tuple[int, ...]:
+        """Token ids whose text keeps `state` completable, plus the stop ids once it is complete."""
+        cached = self._allowed.get(state)
+        if cached is not None:
+            return cached
+        ids: list[int] = []
+        for first, candidates in self._by_first.items():
+            after_first = self.step(state, first)
+            if not after_first:
+                continue
+            ids.extend(t for t in candidates if self.feed(after_first, self.vocab[t][1:]))
+        if self.automaton.is_complete(state):
+            ids.extend(self.stop_token_ids)
+        result = self._allowed[state] = tuple(sorted(ids))
+        return result
+
+
+@lru_cache(maxsize=32)
+def _grammar(schema_json: str, vocab: tuple[str, ...], stop_ids: tuple[int, ...], max_ws: int) -> TokenGrammar:
+    return TokenGrammar(json.loads(schema_json), vocab, stop_ids, max_ws)
+
+
+class JsonSchemaConstraint:
+    """The decoding state of one constrained span: feed it committed tokens, ask what may come next."""
+
+    def __init__(self, schema: dict[str, Any] | bool, vocab: Sequence[str],
+                 stop_token_ids: Iterable[int] = (), max_whitespace: int = 1):
+        self.grammar = _grammar(json.dumps(schema, sort_keys=True), tuple(vocab),
+                                tuple(sorted(set(stop_token_ids))), max_whitespace)
+        self.state = self.grammar.automaton.initial()
+        self.text = ""
+        self.stopped = False
+
+    def allowed_token_ids(self) -> tuple[int, ...]:
+        return () if self.stopped else self.grammar.allowed(self.state)
+
+    def is_allowed(self, token_id: int) -> bool:
+        if self.stopped:
+            return False
+        if token_id in self.grammar.stop_token_ids:
+            return self.is_complete()
+        return bool(self.grammar.feed(self.state, self.grammar.vocab[token_id]))
+
+    def advance(self, token_id: int) -> None:
+        """Commit one token; raises ValueError when it breaks the schema."""
+        if not self.is_allowed(token_id):
+            raise ValueError(f"token {token_id} ({self.grammar.vocab[token_id]!r}) breaks the schema after "
+                             f"{self.text!r}")
+        if token_id in self.grammar.stop_token_ids:
+            self.stopped = True
+            return
+        self.state = self.grammar.feed(self.state, self.grammar.vocab[token_id])
+        self.text += self.grammar.vocab[token_id]
+
+    def is_complete(self) -> bool:
+        """The text so far is a whole instance of the schema."""
+        return self.grammar.automaton.is_complete(self.state)
+
+    def copy(self) -> JsonSchemaConstraint:
+        clone = object.__new__(JsonSchemaConstraint)
+        clone.grammar, clone.state, clone.text, clone.stopped = self.grammar, self.state, self.text, self.stopped
+        return clone
+
+
+def vocab_strings(tokenizer: Any) -> list[str]:
+    """Decoded text per id of a `tokenizers.Tokenizer`; special tokens map to '' so they are never allowed."""
+    return [tokenizer.decode([i], skip_special_tokens=True) for i in range(tokenizer.get_vocab_size())]

@@ -1,0 +1,223 @@
+"""Evaluate a checkpoint on the held-out split: `python -m dlm.eval [--model DIR] [--json OUT] [--limit N]`.
+
+Measures, on dialogues whose request templates and values never occur in training:
+- tool-call exact match (name and arguments) of free generation at each effort,
+- answer correctness: the spoken reply, written after the tool's result, contains the right number or fact
+  (and a missed tool call counts as a wrong answer),
+- valid JSON of tool calls without constraints and with JSON-schema constrained decoding,
+- tokens per forward pass at each effort.
+Without --model it evaluates the shipped checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dlm.api.constrained_generation import constrained_decode
+from dlm.checkpoint import load_checkpoint
+from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check, vocab_strings
+from dlm.decoding.block_causal import CachedForward, decode
+from dlm.decoding.confidence import GREEDY
+from dlm.decoding.schedule import align_up
+from dlm.effort import EFFORTS, Knobs, resolve
+from dlm.kv_cache import KVCache
+from dlm.model import Transformer
+from dlm.tokenizer import Tokenizer
+from dlm.tools import tool_call_schema
+from dlm.train.data import Example, generate
+from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
+
+DEFAULT_MODEL = Path(__file__).parent / "assets" / "demo"
+DEFAULT_EFFORT = "medium"
+TRAINED_BLOCK_SIZES = (4, 8, 16)
+MAX_NEW_TOKENS = 64
+
+
+@dataclass
+class Generation:
+    ids: list[int]
+    passes: int
+
+
+class Assistant:
+    """A checkpoint plus the two ways the product decodes a turn: free block diffusion and a JSON-schema
+    constrained tool call. Uses the engine's block-causal decoder and the API's constrained loop."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+        self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
+        self.call_open = tokenizer.special_tokens[TOOL_CALL]
+        self.call_close = tokenizer.special_tokens[TOOL_CALL_END]
+        self.vocab = vocab_strings(tokenizer.backend)
+        self.call_schema = tool_call_schema()
+
+    def prompt(self, example: Example, upto: int) -> list[int]:
+        text = self.tokenizer.apply_chat_template(example.messages[:upto], add_generation_prompt=True,
+                                                  tools=example.tools)
+        return self.tokenizer.encode(text)
+
+    def _prefilled(self, prompt: list[int], block_size: int) -> CachedForward:
+        """A fresh cache holding the prompt's full blocks (the tail is decoded inside the first block)."""
+        cfg = self.model.cfg
+        capacity = min(cfg.max_position_embeddings, align_up(len(prompt) + MAX_NEW_TOKENS + 1, 16))
+        forward = CachedForward(self.model, KVCache(cfg, capacity, dtype=self.model.output_weight().dtype))
+        forward.extend(prompt[: len(prompt) // block_size * block_size], block_size)
+        return forward
+
+    @torch.no_grad()
+    def generate(self, prompt: list[int], effort: str) -> Generation:
+        cfg = self.model.cfg
+        policy = resolve(cfg, Knobs(effort=effort, max_new_tokens=MAX_NEW_TOKENS), self.stop_ids,
+                         TRAINED_BLOCK_SIZES)
+        ids, passes = [], 0
+        for commit in decode(cfg, self._prefilled(prompt, policy.block_size), list(prompt), policy):
+            ids += commit.token_ids
+            passes = commit.forward_passes
+        return Generation(ids, passes)
+
+    @torch.no_grad()
+    def constrained_call(self, prompt: list[int]) -> Generation:
+        """Force a tool call and decode its JSON under the schema of all tool calls."""
+        cfg = self.model.cfg
+        constraint = JsonSchemaConstraint(self.call_schema, self.vocab, [self.call_close])
+        tokens = [*prompt, self.call_open]
+        ids: list[int] = []
+        passes = 0
+        for committed in constrained_decode(cfg, self._prefilled(tokens, cfg.block_size), tokens, constraint,
+                                            MAX_NEW_TOKENS, GREEDY, threshold=0.9):
+            ids += committed
+            passes += 1
+        return Generation([self.call_open, *ids, self.call_close], passes)
+
+    def text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special=True)
+
+    def parse_call(self, ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        """(whether a tool call was emitted, its parsed JSON or None when it is not valid JSON)."""
+        if self.call_open not in ids:
+            return False, None
+        start = ids.index(self.call_open) + 1
+        end = ids.index(self.call_close, start) if self.call_close in ids[start:] else len(ids)
+        try:
+            value = json.loads(self.tokenizer.decode(ids[start:end], skip_special=False))
+        except json.JSONDecodeError:
+            return True, None
+        return True, value if isinstance(value, dict) else None
+
+
+def same_call(got: dict[str, Any] | None, want: dict[str, Any]) -> bool:
+    """Name and arguments equal (arguments as parsed JSON; whitespace inside expressions ignored)."""
+    if not got or got.get("name") != want["name"] or not isinstance(got.get("arguments"), dict):
+        return False
+
+    def norm(args: dict[str, Any]) -> dict[str, Any]:
+        return {k: "".join(v.split()) if isinstance(v, str) else v for k, v in args.items()}
+
+    return norm(got["arguments"]) == norm(want["arguments"])
+
+
+@dataclass
+class Tally:
+    counts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+
+    def add(self, key: str, ok: bool) -> None:
+        self.counts[key][0] += int(ok)
+        self.counts[key][1] += 1
+
+    def rate(self, key: str) -> float:
+        hit, total = self.counts.get(key, (0, 0))
+        return hit / total if total else float("nan")
+
+
+def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, ...] = EFFORTS) -> dict[str, Any]:
+    tally = Tally()
+    tokens = dict.fromkeys(efforts, 0)
+    passes = dict.fromkeys(efforts, 0)
+    compiled = CompiledSchema(assistant.call_schema)
+    for example in examples:
+        ask = example.last_user_index() + 1
+        prompt = assistant.prompt(example, ask)
+        answer_prompt = assistant.prompt(example, len(example.messages) - 1) if example.call else None
+        for effort in efforts:
+            first = assistant.generate(prompt, effort)
+            tokens[effort] += len(first.ids)
+            passes[effort] += first.passes
+            emitted, parsed = assistant.parse_call(first.ids)
+            if example.call:
+                call_ok = same_call(parsed, example.call)
+                tally.add(f"tool_call_exact/{effort}", call_ok)
+                tally.add(f"valid_json_unconstrained/{effort}", parsed is not None and not check(parsed, compiled))
+                reply = assistant.generate(answer_prompt, effort)
+                tokens[effort] += len(reply.ids)
+                passes[effort] += reply.passes
+                correct = call_ok and example.fact in assistant.text(reply.ids)
+            else:
+                correct = not emitted and example.fact in assistant.text(first.ids)
+            tally.add(f"answer_correct/{effort}", correct)
+            tally.add(f"answer_correct/{effort}/{example.intent}", correct)
+        if example.call:
+            forced = assistant.constrained_call(prompt)
+            _, parsed = assistant.parse_call(forced.ids)
+            tally.add("valid_json_constrained", parsed is not None and not check(parsed, compiled))
+            tally.add("tool_call_exact_constrained", same_call(parsed, example.call))
+    intents = sorted({e.intent for e in examples})
+    return {
+        "examples": len(examples),
+        "tool_call_exact": tally.rate(f"tool_call_exact/{DEFAULT_EFFORT}"),
+        "answer_correct": tally.rate(f"answer_correct/{DEFAULT_EFFORT}"),
+        "valid_json_constrained": tally.rate("valid_json_constrained"),
+        "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{DEFAULT_EFFORT}"),
+        "tool_call_exact_constrained": tally.rate("tool_call_exact_constrained"),
+        "tokens_per_forward": {e: tokens[e] / max(passes[e], 1) for e in efforts},
+        "by_effort": {e: {"tool_call_exact": tally.rate(f"tool_call_exact/{e}"),
+                          "answer_correct": tally.rate(f"answer_correct/{e}"),
+                          "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}")}
+                      for e in efforts},
+        "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{DEFAULT_EFFORT}/{i}") for i in intents},
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    efforts = list(report["tokens_per_forward"])
+    lines = [f"held-out dialogues: {report['examples']}", "",
+             f"{'metric':<28}" + "".join(f"{e:>10}" for e in efforts)]
+    for metric in ("tool_call_exact", "answer_correct", "valid_json_unconstrained"):
+        lines.append(f"{metric:<28}" + "".join(f"{report['by_effort'][e][metric]:>10.1%}" for e in efforts))
+    lines.append(f"{'tokens_per_forward':<28}" + "".join(f"{report['tokens_per_forward'][e]:>10.2f}" for e in efforts))
+    lines += ["", f"{'valid_json_constrained':<28}{report['valid_json_constrained']:>10.1%}",
+              f"{'tool_call_exact_constrained':<28}{report['tool_call_exact_constrained']:>10.1%}", "",
+              f"answer correct by intent ({DEFAULT_EFFORT}):"]
+    lines += [f"  {k:<26}{v:>10.1%}" for k, v in report["answer_correct_by_intent"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dlm.eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint directory (default: the demo)")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--limit", type=int, default=200, help="held-out dialogues to evaluate")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_checkpoint(args.model, dtype="float32")
+    started = time.monotonic()
+    report = evaluate(Assistant(model, tokenizer), generate("heldout", args.limit, args.seed))
+    report["seconds"] = round(time.monotonic() - started, 1)
+    report["model"] = args.model
+    print(format_table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""The assistant's tools: JSON-schema specs the model and the API see, and their real implementations.
+
+Results are compact JSON with a `spoken` field already in words, so a small model only has to copy it into
+its reply and the text can go straight to TTS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dlm.constrained.schema import CompiledSchema, check
+from dlm.tools.calculator import evaluate
+from dlm.tools.facts import CAPITALS
+from dlm.tools.numbers import format_number, int_to_words, number_to_words, ordinal_words
+from dlm.tools.units import UNITS, convert, unit_name
+
+TIMER_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600}
+MAX_TIMER_SECONDS = 24 * 3600
+MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
+          "october", "november", "december"]
+
+
+class ToolError(ValueError):
+    """An unknown tool or arguments that do not fit its schema or its domain."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[[ToolSession, dict[str, Any]], dict[str, Any]]
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI-style function description."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+@dataclass
+class Timer:
+    id: int
+    seconds: float
+    label: str
+    ends_at: datetime
+
+
+@dataclass
+class ToolSession:
+    """Per-conversation tool state (timers) and the clock, injectable so tests and data are reproducible."""
+
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
+    timers: dict[int, Timer] = field(default_factory=dict)
+    next_timer_id: int = 1
+
+    def run(self, name: str, arguments: dict[str, Any] | str) -> str:
+        """Run a tool and return its JSON result; raises ToolError with a readable reason."""
+        tool = TOOLS.get(name)
+        if tool is None:
+            raise ToolError(f"unknown tool {name!r}; available: {', '.join(TOOLS)}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as err:
+                raise ToolError(f"arguments for {name} are not valid JSON: {err.msg}") from None
+        if not isinstance(arguments, dict):
+            raise ToolError(f"arguments for {name} must be a JSON object")
+        errors = check(arguments, _COMPILED[name])
+        if errors:
+            raise ToolError(f"bad arguments for {name}: {'; '.join(errors)}")
+        try:
+            result = tool.run(self, arguments)
+        except ValueError as err:
+            raise ToolError(f"{name}: {err}") from None
+        return json.dumps(result, ensure_ascii=False)
+
+    def run_safely(self, name: str, arguments: dict[str, Any] | str) -> str:
+        """Like `run`, but a failure becomes an {"error": ...} result the model can talk about."""
+        try:
+            return self.run(name, arguments)
+        except ToolError as err:
+            return json.dumps({"error": str(err)}, ensure_ascii=False)
+
+    def now(self, timezone: str | None = None) -> datetime:
+        now = self.clock()
+        if timezone:
+            try:
+                now = now.astimezone(ZoneInfo(timezone))
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown timezone {timezone!r}") from None
+        return now
+
+
+def spoken_time(moment: datetime) -> str:
+    """'two oh five pm', 'noon', 'seven pm' — how a person reads a clock aloud."""
+    hour, minute = moment.hour, moment.minute
+    if minute == 0 and hour in (0, 12):
+        return "midnight" if hour == 0 else "noon"
+    suffix = "am" if hour < 12 else "pm"
+    head = int_to_words(hour % 12 or 12)
+    if minute == 0:
+        return f"{head} {suffix}"
+    tail = f"oh {int_to_words(minute)}" if minute < 10 else int_to_words(minute)
+    return f"{head} {tail} {suffix}"
+
+
+def spoken_duration(seconds: float) -> str:
+    parts = []
+    seconds = int(round(seconds))
+    for size, name in ((3600, "hour"), (60, "minute"), (1, "second")):
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{int_to_words(count)} {name}{'s' if count != 1 else ''}")
+    return " and ".join(parts) if parts else "zero seconds"
+
+
+def _get_time(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    now = session.now(args.get("timezone"))
+    return {"time": now.strftime("%H:%M"), "spoken": spoken_time(now)}
+
+
+def _get_date(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    now = session.now(args.get("timezone"))
+    weekday = now.strftime("%A").lower()
+    return {"date": now.strftime("%Y-%m-%d"), "weekday": weekday,
+            "spoken": f"{weekday} {MONTHS[now.month - 1]} {ordinal_words(now.day)}"}
+
+
+def _calculator(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    value = format_number(evaluate(args["expression"]))
+    return {"result": value, "spoken": number_to_words(value)}
+
+
+def _convert_units(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    value = format_number(convert(args["value"], args["from_unit"], args["to_unit"]), 2)
+    return {"result": value, "spoken": f"{number_to_words(value)} {unit_name(args['to_unit'], value)}"}
+
+
+def _set_timer(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    seconds = args["amount"] * TIMER_UNITS[args["unit"]]
+    if not 0 < seconds <= MAX_TIMER_SECONDS:
+        raise ValueError("a timer must last between one second and twenty-four hours")
+    timer = Timer(session.next_timer_id, seconds, args.get("label", ""),
+                  session.now() + timedelta(seconds=seconds))
+    session.timers[timer.id] = timer
+    session.next_timer_id += 1
+    return {"id": timer.id, "spoken": spoken_duration(seconds)}
+
+
+def _cancel_timer(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    if not session.timers:
+        raise ValueError("there are no timers running")
+    timer_id = args.get("id", max(session.timers))
+    timer = session.timers.pop(timer_id, None)
+    if timer is None:
+        raise ValueError(f"no timer with id {timer_id}")
+    return {"cancelled": timer_id, "spoken": f"the timer for {spoken_duration(timer.seconds)}"}
+
+
+def _list_timers(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    now = session.now()
+    timers = [{"id": t.id, "label": t.label, "remaining_seconds": max(0, round((t.ends_at - now).total_seconds()))}
+              for t in session.timers.values()]
+    if not timers:
+        return {"timers": [], "spoken": "no timers"}
+    said = ", ".join(f"{(t['label'] + ' ') if t['label'] else ''}{spoken_duration(t['remaining_seconds'])} left"
+                     for t in timers)
+    return {"timers": timers, "spoken": said}
+
+
+def _country_capital(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    country = args["country"].strip().lower().removeprefix("the ")
+    capital = CAPITALS.get(country)
+    if capital is None:
+        raise ValueError(f"no capital known for {args['country']!r}")
+    return {"country": country, "capital": capital}
+
+
+_TIMEZONE = {"type": "string", "description": "IANA timezone such as Europe/Paris; default local time"}
+_TOOL_LIST = [
+    Tool("get_time", "The current time of day.",
+         {"type": "object", "properties": {"timezone": _TIMEZONE}, "additionalProperties": False}, _get_time),
+    Tool("get_date", "Today's date and weekday.",
+         {"type": "object", "properties": {"timezone": _TIMEZONE}, "additionalProperties": False}, _get_date),
+    Tool("calculator", "Evaluate an arithmetic expression with + - * / % ** and sqrt().",
+         {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"],
+          "additionalProperties": False}, _calculator),
+    Tool("convert_units", "Convert a value between units of length, mass, volume, temperature or speed.",
+         {"type": "object",
+          "properties": {"value": {"type": "number"}, "from_unit": {"enum": list(UNITS)},
+                         "to_unit": {"enum": list(UNITS)}},
+          "required": ["value", "from_unit", "to_unit"], "additionalProperties": False}, _convert_units),
+    Tool("set_timer", "Start a countdown timer.",
+         {"type": "object",
+          "properties": {"amount": {"type": "number"}, "unit": {"enum": list(TIMER_UNITS)},
+                         "label": {"type": "string"}},
+          "required": ["amount", "unit"], "additionalProperties": False}, _set_timer),
+    Tool("cancel_timer", "Cancel a timer by id, or the latest one.",
+         {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": False},
+         _cancel_timer),
+    Tool("list_timers", "The running timers and the time left on each.",
+         {"type": "object", "properties": {}, "additionalProperties": False}, _list_timers),
+    Tool("country_capital", "The capital city of a country.",
+         {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"],
+          "additionalProperties": False}, _country_capital),
+]
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in _TOOL_LIST}
+_COMPILED = {tool.name: CompiledSchema(tool.parameters) for tool in _TOOL_LIST}
+
+
+def tool_specs() -> list[dict[str, Any]]:
+    return [tool.spec() for tool in _TOOL_LIST]
+
+
+def tool_call_schema(names: list[str] | None = None) -> dict[str, Any]:
+    """The schema of one whole call, {"name": ..., "arguments": {...}}, for constrained decoding."""
+    chosen = [TOOLS[n] for n in (names or list(TOOLS))]
+    return {"anyOf": [
+        {"type": "object",
+         "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+         "required": ["name", "arguments"], "additionalProperties": False}
+        for t in chosen
+    ]}
+
+
+def run_tool(name: str, arguments: dict[str, Any] | str, session: ToolSession | None = None) -> str:
+    """Run one tool call in `session` (a fresh one when omitted); see `ToolSession.run`."""
+    return (session or ToolSession()).run(name, arguments)

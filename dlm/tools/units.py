@@ -1,0 +1,59 @@
+"""Unit conversion from a table: each unit is a factor to its dimension's base unit (temperature is affine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit's dimension and how to reach the base unit: base = value * scale + offset."""
+
+    dimension: str
+    scale: float
+    offset: float = 0.0
+    singular: str = ""
+    plural: str = ""
+
+
+UNITS: dict[str, Unit] = {
+    "m": Unit("length", 1.0, singular="meter", plural="meters"),
+    "km": Unit("length", 1000.0, singular="kilometer", plural="kilometers"),
+    "cm": Unit("length", 0.01, singular="centimeter", plural="centimeters"),
+    "mm": Unit("length", 0.001, singular="millimeter", plural="millimeters"),
+    "mi": Unit("length", 1609.344, singular="mile", plural="miles"),
+    "ft": Unit("length", 0.3048, singular="foot", plural="feet"),
+    "in": Unit("length", 0.0254, singular="inch", plural="inches"),
+    "yd": Unit("length", 0.9144, singular="yard", plural="yards"),
+    "kg": Unit("mass", 1.0, singular="kilogram", plural="kilograms"),
+    "g": Unit("mass", 0.001, singular="gram", plural="grams"),
+    "lb": Unit("mass", 0.45359237, singular="pound", plural="pounds"),
+    "oz": Unit("mass", 0.028349523125, singular="ounce", plural="ounces"),
+    "l": Unit("volume", 1.0, singular="liter", plural="liters"),
+    "ml": Unit("volume", 0.001, singular="milliliter", plural="milliliters"),
+    "gal": Unit("volume", 3.785411784, singular="gallon", plural="gallons"),
+    "cup": Unit("volume", 0.2365882365, singular="cup", plural="cups"),
+    "c": Unit("temperature", 1.0, singular="degree celsius", plural="degrees celsius"),
+    "f": Unit("temperature", 5 / 9, -32 * 5 / 9, singular="degree fahrenheit", plural="degrees fahrenheit"),
+    "k": Unit("temperature", 1.0, -273.15, singular="kelvin", plural="kelvin"),
+    "kmh": Unit("speed", 1 / 3.6, singular="kilometer per hour", plural="kilometers per hour"),
+    "mph": Unit("speed", 0.44704, singular="mile per hour", plural="miles per hour"),
+}
+
+
+def convert(value: float, from_unit: str, to_unit: str) -> float:
+    """`value` in `from_unit` expressed in `to_unit`; both must share a dimension."""
+    try:
+        src, dst = UNITS[from_unit], UNITS[to_unit]
+    except KeyError as err:
+        raise ValueError(f"unknown unit {err.args[0]!r}; known units: {', '.join(UNITS)}") from None
+    if src.dimension != dst.dimension:
+        raise ValueError(f"cannot convert {src.dimension} ({from_unit}) to {dst.dimension} ({to_unit})")
+    base = value * src.scale + src.offset
+    return (base - dst.offset) / dst.scale
+
+
+def unit_name(code: str, value: float) -> str:
+    """The spoken unit name agreeing with the value ('one mile', 'two miles')."""
+    unit = UNITS[code]
+    return unit.singular if value == 1 else unit.plural

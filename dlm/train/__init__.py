@@ -1,0 +1,1 @@
+"""Training of the demo checkpoint: synthetic dialogues, tokenizer, block-diffusion objective, loop."""

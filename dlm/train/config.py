@@ -1,0 +1,86 @@
+"""The training run's settings, read from a TOML file such as configs/demo.toml."""
+
+from __future__ import annotations
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class DataConfig:
+    train_examples: int = 40000
+    seed: int = 0
+    vocab_size: int = 2048
+    max_length: int = 256
+
+
+@dataclass
+class ShapeConfig:
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    intermediate_size: int = 640
+    rope_theta: float = 10000.0
+    block_size: int = 8  # the checkpoint's default decoding block
+
+
+@dataclass
+class OptimConfig:
+    out_dir: str = "dlm/assets/demo"
+    state_dir: str = "runs/demo"
+    seed: int = 0
+    steps: int = 2500
+    batch_size: int = 16
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    block_sizes: list[int] = field(default_factory=lambda: [4, 8, 16])
+    mask_eps: float = 0.05
+    loss_weighting: str = "masked_mean"  # or "inverse_t" (the 1/t ELBO weighting of BD3-LM/LLaDA)
+    checkpoint_every: int = 200
+    threads: int = 2
+    max_minutes: float = 28.0  # stop, save and export if the run takes longer
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ShapeConfig = field(default_factory=ShapeConfig)
+    train: OptimConfig = field(default_factory=OptimConfig)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _section(cls: type, raw: dict[str, Any], name: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"[{name}]: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    return cls(**raw)
+
+
+def from_dict(raw: dict[str, Any]) -> RunConfig:
+    unknown = set(raw) - {"data", "model", "train"}
+    if unknown:
+        raise ValueError(f"unknown config sections {', '.join(sorted(unknown))}; use [data], [model], [train]")
+    run = RunConfig(_section(DataConfig, raw.get("data", {}), "data"),
+                    _section(ShapeConfig, raw.get("model", {}), "model"),
+                    _section(OptimConfig, raw.get("train", {}), "train"))
+    if run.train.loss_weighting not in ("masked_mean", "inverse_t"):
+        raise ValueError("[train] loss_weighting must be 'masked_mean' or 'inverse_t'")
+    return run
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    with open(path, "rb") as f:
+        return from_dict(tomllib.load(f))

@@ -1,0 +1,109 @@
+"""The synthetic voice-assistant corpus: seeded dialogues with a held-out split that differs from training by
+request template and by values, so evaluation measures generalisation rather than recall.
+
+Every tool result in the corpus comes from running the real tool (`dlm.tools`) against a session whose clock
+is fixed per dialogue, so the data can never disagree with what the assistant sees at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from dlm.tools import ToolSession, tool_specs
+
+SPLITS = ("train", "heldout")
+HELDOUT_EVERY = 5  # one template in five, and about one value in five, belongs to the held-out split
+SYSTEM_PROMPTS = [
+    "you are a helpful voice assistant. keep answers short.",
+    "you are a friendly voice assistant. answer in one short sentence.",
+    "you are a voice assistant running on this device.",
+]
+
+
+@dataclass
+class Example:
+    """One dialogue. The final turn is what evaluation asks about: `call` is its expected tool call (or None)
+    and `fact` a string its spoken reply must contain."""
+
+    intent: str
+    messages: list[dict[str, Any]]
+    call: dict[str, Any] | None
+    fact: str
+    tools: list[dict[str, Any]] | None = None
+
+    def last_user_index(self) -> int:
+        return max(i for i, m in enumerate(self.messages) if m["role"] == "user")
+
+
+class Context:
+    """What an intent generator needs: the split, a seeded RNG, a tool session on a fixed clock."""
+
+    def __init__(self, split: str, rng: random.Random):
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        self.split = split
+        self.rng = rng
+        start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+        self.now = start + timedelta(minutes=rng.randrange(4 * 365 * 24 * 60))
+        self.session = ToolSession(clock=lambda: self.now)
+        self.messages: list[dict[str, Any]] = []
+
+    def template(self, templates: list[str]) -> str:
+        """A template from this split's share of the list (every fifth one is held out)."""
+        held = self.split == "heldout"
+        pool = [t for i, t in enumerate(templates) if (i % HELDOUT_EVERY == HELDOUT_EVERY - 1) == held]
+        return self.rng.choice(pool or templates)
+
+    def value(self, sample: Callable[[random.Random], Any], key: Callable[[Any], str] = str) -> Any:
+        """Draw values until one falls in this split (by a stable hash of its key)."""
+        for _ in range(1000):
+            v = sample(self.rng)
+            if (zlib.crc32(key(v).encode()) % HELDOUT_EVERY == 0) == (self.split == "heldout"):
+                return v
+        raise RuntimeError("value sampler cannot reach the requested split")
+
+    def choice(self, options: list[Any]) -> Any:
+        return self.rng.choice(options)
+
+    def user(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def say(self, text: str) -> None:
+        self.messages.append({"role": "assistant", "content": text})
+
+    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Record an assistant tool call and the real tool's result; returns the parsed result."""
+
+        self.messages.append({"role": "assistant", "content": "",
+                              "tool_calls": [{"type": "function",
+                                              "function": {"name": name, "arguments": arguments}}]})
+        result = self.session.run_safely(name, arguments)
+        self.messages.append({"role": "tool", "name": name, "content": result})
+        return json.loads(result)
+
+
+def generate(split: str, count: int, seed: int) -> list[Example]:
+    """`count` dialogues of `split`, the same for the same seed."""
+    from dlm.train.intents import INTENTS
+
+    rng = random.Random(f"{seed}:{split}")
+    names = list(INTENTS)
+    weights = [INTENTS[n][0] for n in names]
+    examples = []
+    for _ in range(count):
+        ctx = Context(split, random.Random(rng.getrandbits(64)))
+        if ctx.rng.random() < 0.3:
+            ctx.messages.append({"role": "system", "content": ctx.choice(SYSTEM_PROMPTS)})
+        if ctx.rng.random() < 0.12:
+            INTENTS["greeting"][1](ctx)
+        intent = ctx.rng.choices(names, weights)[0]
+        call, fact = INTENTS[intent][1](ctx)
+        tools = tool_specs() if ctx.rng.random() < 0.3 else None
+        examples.append(Example(intent, ctx.messages, call, fact, tools))
+    return examples

@@ -1,0 +1,173 @@
+"""Train the demo block-diffusion assistant: corpus -> tokenizer -> model -> checkpoint directory.
+
+Reproducible from the seed (data, init, batch order and masks are all derived from it and the step number,
+so a resumed run continues exactly as an uninterrupted one would) and resumable from the state file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from dlm.checkpoint import save_checkpoint
+from dlm.config import ModelConfig
+from dlm.model import Transformer
+from dlm.train.config import RunConfig
+from dlm.train.data import generate
+from dlm.train.encode import DialogueEncoder, Encoded
+from dlm.train.objective import diffusion_loss, make_batch
+from dlm.train.tokenizer import IM_END, MASK, PAD, save_tokenizer, train_tokenizer
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    final_loss: float
+    losses: list[float]
+    seconds: float
+    out_dir: Path
+
+
+def model_config(run: RunConfig, tokenizer: Tokenizer) -> ModelConfig:
+    shape = run.model
+    return ModelConfig(
+        model_type="sdar", vocab_size=tokenizer.get_vocab_size(), hidden_size=shape.hidden_size,
+        num_layers=shape.num_layers, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim, intermediate_size=shape.intermediate_size, rope_theta=shape.rope_theta,
+        rms_norm_eps=1e-6, qkv_bias=False, qk_norm=True, tie_word_embeddings=True,
+        mask_token_id=tokenizer.token_to_id(MASK), block_size=shape.block_size, token_shift=False,
+        bidirectional=False, max_position_embeddings=run.data.max_length,
+        eos_token_ids=(tokenizer.token_to_id(IM_END), tokenizer.token_to_id(PAD)),
+    )
+
+
+def init_weights(model: Transformer, seed: int) -> None:
+    """GPT-style small normal init: the default unit-variance embedding makes tied logits explode."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 2:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+            elif name.endswith("weight"):
+                param.fill_(1.0)
+
+
+def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Encoded]]:
+    """The encoded training corpus and its tokenizer (reloaded when resuming, trained otherwise)."""
+    examples = generate("train", run.data.train_examples, run.data.seed)
+    tok_path = state_dir / "tokenizer.json"
+    if resume and tok_path.exists():
+        tokenizer = Tokenizer.from_file(str(tok_path))
+    else:
+        renderer = DialogueEncoder(None)  # type: ignore[arg-type]
+        tokenizer = train_tokenizer((renderer.render(e) for e in examples), run.data.vocab_size)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(str(tok_path))
+    encoder = DialogueEncoder(tokenizer)
+    encoded = [enc for enc in map(encoder.encode, examples) if len(enc.ids) <= run.data.max_length]
+    return tokenizer, encoded
+
+
+def batch_schedule(encoded: list[Encoded], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """One epoch of batches of similar length (little padding), in a seeded order."""
+    rng = random.Random(f"{seed}:epoch{epoch}")
+    order = list(range(len(encoded)))
+    rng.shuffle(order)
+    chunk = batch_size * 50
+    batches = []
+    for start in range(0, len(order), chunk):
+        part = sorted(order[start:start + chunk], key=lambda i: len(encoded[i].ids))
+        batches += [part[i:i + batch_size] for i in range(0, len(part) - batch_size + 1, batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def learning_rate(run: RunConfig, step: int) -> float:
+    opt = run.train
+    if step < opt.warmup_steps:
+        return opt.lr * (step + 1) / opt.warmup_steps
+    progress = (step - opt.warmup_steps) / max(1, opt.steps - opt.warmup_steps)
+    return opt.lr * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path) -> None:
+    """A checkpoint directory the engine loads like any other SDAR checkpoint."""
+    save_checkpoint(model, out_dir, "bfloat16")
+    save_tokenizer(tokenizer, out_dir)
+    generation = {"eos_token_id": list(model.cfg.eos_token_ids), "pad_token_id": tokenizer.token_to_id(PAD),
+                  "mask_token_id": model.cfg.mask_token_id, "block_size": model.cfg.block_size}
+    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+
+
+def train(run: RunConfig, resume: bool = False, progress: bool = True) -> TrainResult:
+    opt_cfg = run.train
+    torch.set_num_threads(opt_cfg.threads)
+    state_dir, out_dir = Path(opt_cfg.state_dir), Path(opt_cfg.out_dir)
+    state_path = state_dir / "state.pt"
+    tokenizer, encoded = prepare_data(run, state_dir, resume)
+    cfg = model_config(run, tokenizer)
+    model = Transformer(cfg)
+    init_weights(model, opt_cfg.seed)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=opt_cfg.lr, betas=(0.9, 0.95))
+    step, losses = 0, []
+    if resume and state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, losses = state["step"], state["losses"]
+    per_epoch = len(encoded) // opt_cfg.batch_size
+    schedule: tuple[int, list[list[int]]] = (-1, [])
+    started, tokens_seen = time.monotonic(), 0
+    bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
+    model.train()
+    while step < opt_cfg.steps:
+        epoch, index = divmod(step, per_epoch)
+        if schedule[0] != epoch:
+            schedule = (epoch, batch_schedule(encoded, opt_cfg.batch_size, opt_cfg.seed, epoch))
+        step_rng = random.Random(f"{opt_cfg.seed}:step{step}")
+        block_size = step_rng.choice(opt_cfg.block_sizes)
+        gen = torch.Generator().manual_seed(opt_cfg.seed * 1_000_003 + step)
+        batch = make_batch([encoded[i] for i in schedule[1][index]], block_size, cfg.mask_token_id,
+                           tokenizer.token_to_id(PAD), opt_cfg.mask_eps,
+                           opt_cfg.loss_weighting == "inverse_t", gen)
+        if len(batch.labels) == 0:
+            step += 1
+            continue
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(run, step)
+        normaliser = len(batch.labels) if opt_cfg.loss_weighting == "masked_mean" else batch.weights.numel()
+        loss = diffusion_loss(model, batch, normaliser)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), opt_cfg.grad_clip)
+        optimizer.step()
+        step += 1
+        losses.append(loss.item())
+        tokens_seen += batch.tokens
+        elapsed = time.monotonic() - started
+        bar.update(1)
+        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
+                        block=block_size)
+        out_of_time = elapsed > opt_cfg.max_minutes * 60
+        if step % opt_cfg.checkpoint_every == 0 or step == opt_cfg.steps or out_of_time:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                        "losses": losses, "config": run.as_dict()}, state_path)
+        if out_of_time:
+            tqdm.write(f"stopping at step {step}: over max_minutes={opt_cfg.max_minutes}")
+            break
+    bar.close()
+    model.eval()
+    export(model, tokenizer, out_dir)
+    return TrainResult(step, losses[-1] if losses else float("nan"), losses, time.monotonic() - started, out_dir)

@@ -1,0 +1,203 @@
+"""JSON-schema constrained decoding: every prefix of a valid instance is accepted, everything the automaton
+lets through to completion validates (checked with `jsonschema`), over many random schemas."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from typing import Any
+
+import jsonschema
+import pytest
+
+from dlm.constrained import CompiledSchema, JsonPrefixAutomaton, JsonSchemaConstraint, SchemaError, check
+from dlm.tools import tool_call_schema
+
+KEYS = ["a", "name", "value", "unit", "x_y", "é"]
+WORDS = ["", "a", "ab", 'q"uote', "back\\slash", "new\nline", "ünï", "12"]
+CHARSET = list('{}[]",:-.0123456789 eE+\\\n_' + string.ascii_lowercase) + ["é"]
+
+
+def random_schema(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    kinds = ["string", "number", "integer", "boolean", "null", "enum", "anyOf", "any"]
+    if depth < 2:
+        kinds += ["object", "object", "array"]
+    kind = rng.choice(kinds)
+    if kind == "enum":
+        return {"enum": rng.sample(["x", "y", 1, 10, 2.5, True, None, "x y"], rng.randint(1, 4))}
+    if kind == "anyOf":
+        return {"anyOf": [random_schema(rng, depth + 1) for _ in range(rng.randint(1, 3))]}
+    if kind == "any":
+        return {}
+    if kind == "object":
+        keys = rng.sample(KEYS, rng.randint(0, 3))
+        schema: dict[str, Any] = {"type": "object", "properties": {k: random_schema(rng, depth + 1) for k in keys},
+                                  "required": [k for k in keys if rng.random() < 0.6]}
+        if rng.random() < 0.7:
+            schema["additionalProperties"] = False
+        return schema
+    if kind == "array":
+        schema = {"type": "array", "items": random_schema(rng, depth + 1)}
+        if rng.random() < 0.5:
+            schema["minItems"] = rng.randint(0, 2)
+            schema["maxItems"] = schema["minItems"] + rng.randint(0, 2)
+        return schema
+    if kind == "string" and rng.random() < 0.3:
+        return {"type": "string", "minLength": 1, "maxLength": 3}
+    return {"type": kind}
+
+
+def random_instance(rng: random.Random, schema: dict[str, Any]) -> Any:
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    if "anyOf" in schema:
+        return random_instance(rng, rng.choice(schema["anyOf"]))
+    kind = schema.get("type")
+    if kind is None:
+        return rng.choice([1, "s", None, [1, {"k": False}], {"z": -0.5}])
+    if kind == "string":
+        if "maxLength" in schema:
+            return "".join(rng.choice("abé\"") for _ in range(rng.randint(1, 3)))
+        return rng.choice(WORDS)
+    if kind == "number":
+        return rng.choice([0, -3, 2.5, 1e-7, 123456789, -0.25])
+    if kind == "integer":
+        return rng.choice([0, 7, -42, 1000])
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "array":
+        n = rng.randint(schema.get("minItems", 0), schema.get("maxItems", 3))
+        return [random_instance(rng, schema["items"]) for _ in range(n)]
+    props = schema["properties"]
+    keys = [k for k in props if k in schema["required"] or rng.random() < 0.5]
+    rng.shuffle(keys)
+    return {k: random_instance(rng, props[k]) for k in keys}
+
+
+def dumps_variants(value: Any) -> list[str]:
+    """Spellings the automaton must accept (literals and closed-object keys only in their canonical form)."""
+    return [json.dumps(value, ensure_ascii=False), json.dumps(value, separators=(",", ":"), ensure_ascii=False)]
+
+
+def random_walk(rng: random.Random, automaton: JsonPrefixAutomaton, limit: int = 120) -> str | None:
+    """Type random characters the automaton allows; return the text once it is complete."""
+    state, text = automaton.initial(), ""
+    for _ in range(limit):
+        options = [c for c in CHARSET if automaton.step(state, c)]
+        if automaton.is_complete(state) and (not options or rng.random() < 0.3):
+            return text
+        assert options, f"viable prefix {text!r} has no continuation"
+        char = rng.choice(options)
+        state, text = automaton.step(state, char), text + char
+    return text if automaton.is_complete(state) else None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_schemas(seed: int) -> None:
+    rng = random.Random(seed)
+    schema = random_schema(rng)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    automaton = JsonPrefixAutomaton(CompiledSchema(schema))
+    for _ in range(5):  # every valid instance, in each standard spelling, is accepted prefix by prefix
+        instance = random_instance(rng, schema)
+        jsonschema.validate(instance, schema)
+        for text in dumps_variants(instance):
+            state = automaton.initial()
+            for i, char in enumerate(text):
+                state = automaton.step(state, char)
+                assert state, f"rejected valid prefix {text[:i + 1]!r} of {text!r} for {schema}"
+            assert automaton.is_complete(state), text
+    for _ in range(15):  # whatever the automaton completes is valid
+        text = random_walk(rng, automaton)
+        if text is not None:
+            value = json.loads(text)
+            jsonschema.validate(value, schema)
+            assert check(value, CompiledSchema(schema)) == []
+
+
+@pytest.mark.parametrize(("schema", "text"), [
+    ({"type": "integer"}, "1.5"),
+    ({"type": "integer"}, "01"),
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": False}, '{"b"'),
+    ({"type": "object", "properties": {"a": {}}, "required": ["a"]}, "{}"),
+    ({"type": "object", "properties": {"a": {}}}, '{"a": 1, "a"'),
+    ({"enum": ["red", "green"]}, '"blue'),
+    ({"type": "array", "maxItems": 1}, "[1, "),
+    ({"type": "array", "minItems": 2}, "[1]"),
+    ({"type": "string", "maxLength": 2}, '"abc'),
+    ({"type": "string"}, '"a\\x'),
+    ({"type": "boolean"}, "tru "),
+    ({}, "{} {}"),
+    ({}, "[1,  2]"),  # two blanks in a row: whitespace is capped
+])
+def test_rejects_prefixes_without_valid_completion(schema: dict[str, Any], text: str) -> None:
+    automaton = JsonPrefixAutomaton(CompiledSchema(schema))
+    state = automaton.feed(automaton.initial(), text)
+    assert not state or not automaton.is_complete(state)
+    if text not in ("{}", "[1]"):
+        assert not state
+
+
+def test_refs_and_nested_anyof() -> None:
+    schema = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                                  "next": {"anyOf": [{"$ref": "#/$defs/node"},
+                                                                                     {"type": "null"}]}},
+                                 "required": ["v", "next"], "additionalProperties": False}},
+              "$ref": "#/$defs/node"}
+    automaton = JsonPrefixAutomaton(CompiledSchema(schema))
+    text = '{"v": 1, "next": {"v": 2, "next": null}}'
+    assert automaton.is_complete(automaton.feed(automaton.initial(), text))
+    assert not automaton.feed(automaton.initial(), '{"v": 1, "next": {"w"')
+
+
+@pytest.mark.parametrize("schema", [{"type": "string", "pattern": "a+"}, {"type": "number", "minimum": 0},
+                                    {"$ref": "http://example.com/s.json"}, {"type": "date"}, {"enum": []},
+                                    {"type": "object", "required": ["a"], "additionalProperties": False}])
+def test_unsupported_schemas_are_refused(schema: dict[str, Any]) -> None:
+    with pytest.raises(SchemaError):
+        CompiledSchema(schema)
+
+
+def vocabulary() -> list[str]:
+    """Multi-character pieces like a BPE vocabulary's, plus an unusable special (empty text)."""
+    pieces = ['{"', '":', ' "', '",', '"}', "}", "{", '"', ":", ",", " ", "[", "]", "name", "arguments",
+              "calculator", "get_time", "expression", "12", " *", " 4", "country", "fr", "ance", "value", "_",
+              "unit", "from", "to", "km", "mi", "true", "null", "1", "0", ".", "5", "-", "e", "é", ""]
+    return pieces + list(string.ascii_lowercase)
+
+
+def test_token_walks_produce_valid_tool_calls() -> None:
+    schema = tool_call_schema()
+    vocab = vocabulary()
+    stop = len(vocab)
+    vocab.append("")  # the stop token's slot
+    rng = random.Random(0)
+    for _ in range(30):
+        constraint = JsonSchemaConstraint(schema, vocab, stop_token_ids=[stop])
+        while not constraint.stopped:
+            allowed = constraint.allowed_token_ids()
+            assert allowed, constraint.text
+            assert all(constraint.is_allowed(t) for t in allowed)
+            token = stop if stop in allowed and rng.random() < 0.5 else rng.choice(allowed)
+            constraint.advance(token)
+            assert len(constraint.text) < 400
+        jsonschema.validate(json.loads(constraint.text), schema)
+
+
+def test_token_constraint_blocks_and_explains() -> None:
+    vocab = vocabulary()
+    constraint = JsonSchemaConstraint({"type": "object", "properties": {"name": {"enum": ["get_time"]}},
+                                       "required": ["name"], "additionalProperties": False}, vocab)
+    for piece in ['{"', "name", '":', ' "']:
+        constraint.advance(vocab.index(piece))
+    allowed = {vocab[t] for t in constraint.allowed_token_ids()}
+    assert "get_time" in allowed and "calculator" not in allowed and "" not in allowed
+    with pytest.raises(ValueError, match="breaks the schema"):
+        constraint.advance(vocab.index("calculator"))
+    clone = constraint.copy()
+    clone.advance(vocab.index("get_time"))
+    assert constraint.text == '{"name": "' and clone.text == '{"name": "get_time'
+    assert not clone.is_complete()
