@@ -91,6 +91,21 @@ class AsrConfig:
     agreement_n: int = 2
 
 
+def guard_reason(text: str, no_speech_prob: float, avg_logprob: float, config: AsrConfig) -> str | None:
+    """Why a Whisper output is not to be believed (empty, no_speech, phantom), or None if it is."""
+    norm = normalize_text(text)
+    if not norm:
+        return "empty"
+    if no_speech_prob > config.no_speech_threshold:
+        return "no_speech"
+    if norm.startswith(PHANTOM_PREFIXES):
+        return "phantom"
+    unsure = no_speech_prob >= config.phantom_max_no_speech or avg_logprob <= config.phantom_min_logprob
+    if norm in PHANTOM_PHRASES and unsure:
+        return "phantom"
+    return None
+
+
 @dataclass(frozen=True)
 class Transcription:
     """One Whisper pass over a buffer; ``text`` is empty when the guard rejected it (see ``rejected``)."""
@@ -166,24 +181,10 @@ class WhisperAsr:
         start = time.perf_counter()
         text, no_speech, logprob = self._decode(pcm)
         compute_ms = 1000 * (time.perf_counter() - start)
-        rejected = self._reject_reason(text, no_speech, logprob)
+        rejected = guard_reason(text, no_speech, logprob, cfg)
         return Transcription(
             "" if rejected else text, text, audio_ms, compute_ms, no_speech, logprob, rejected
         )
-
-    def _reject_reason(self, text: str, no_speech: float, logprob: float) -> str | None:
-        cfg = self.config
-        norm = normalize_text(text)
-        if not norm:
-            return "empty"
-        if no_speech > cfg.no_speech_threshold:
-            return "no_speech"
-        if norm.startswith(PHANTOM_PREFIXES):
-            return "phantom"
-        unsure = no_speech >= cfg.phantom_max_no_speech or logprob <= cfg.phantom_min_logprob
-        if norm in PHANTOM_PHRASES and unsure:
-            return "phantom"
-        return None
 
     async def transcribe_async(self, samples: np.ndarray) -> Transcription:
         """:meth:`transcribe` on the worker thread, so the event loop keeps moving audio meanwhile."""
