@@ -30,6 +30,7 @@ import torch
 
 from dlm.bidirectional_cache import CanvasCache
 from dlm.decoding import Commit, DecodeParams
+from dlm.decoding.confidence import Sampling, above_threshold, most_confident, pick_tokens
 from dlm.model import Transformer
 
 CacheMode = Literal["prefix", "dual"]
@@ -42,27 +43,6 @@ class Family:
     name: str
     token_shift: bool  # output i-1 predicts token i (Dream)
     schedule: Callable[[int, int], list[int]]  # (masks in block, passes) -> tokens to unmask per pass
-
-
-def pick_tokens(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token, confidence) per row of ``logits`` [n, V]: greedy, or sampled with temperature/top-p.
-
-    All in float32: the softmax is exact enough to rank confidences and sampling needs no float64 copy
-    of the vocabulary. The confidence is the chosen token's probability.
-    """
-    if temperature <= 0:
-        conf, tok = torch.softmax(logits.float(), dim=-1).max(-1)
-        return tok, conf
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        sorted_p[(sorted_p.cumsum(-1) - sorted_p) > top_p] = 0.0  # keep the smallest set reaching top_p
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-        probs /= probs.sum(-1, keepdim=True)
-    tok = torch.multinomial(probs, 1, generator=generator)[:, 0]
-    return tok, probs.gather(-1, tok[:, None])[:, 0]
 
 
 class _Decoder:
@@ -90,6 +70,7 @@ class _Decoder:
         self.canvas_end = 0
         self.streamed = len(prompt)  # canvas positions already handed out
         self.passes = 0
+        self.sampling = Sampling(temperature=params.temperature, top_p=params.top_p)
         self.generator = None
         if params.seed is not None:
             self.generator = torch.Generator(device=weight.device).manual_seed(params.seed)
@@ -113,19 +94,16 @@ class _Decoder:
 
     def unmask(self, start: int, end: int, logits: torch.Tensor, count: int | None) -> None:
         """Fill masks of block x[start:end] from its logits: ``count`` best, or by threshold if None."""
-        masked = (self.x[start:end] == self.mask_id).nonzero()[:, 0]
-        if not len(masked):
+        masked = self.x[start:end] == self.mask_id
+        if not bool(masked.any()):
             return
-        logits = logits[masked]
         logits[:, self.mask_id] = -torch.inf  # writing the mask back would never finish the block
-        tok, conf = pick_tokens(logits, self.params.temperature, self.params.top_p, self.generator)
+        tok, conf = pick_tokens(logits, self.sampling, self.generator)
         if count is None:
-            chosen = (conf >= self.params.threshold).nonzero()[:, 0]
-            if not len(chosen):
-                chosen = conf.argmax()[None]
+            chosen = above_threshold(conf, masked, self.params.threshold)
         else:
-            chosen = conf.topk(min(count, len(masked))).indices
-        self.x[start + masked[chosen]] = tok[chosen]
+            chosen = most_confident(conf, masked, count)
+        self.x[start:end][chosen] = tok[chosen]
 
     def ready(self, block_done: bool) -> Commit | None:
         """The newly final contiguous prefix (cut before a stop token), or None if nothing changed."""

@@ -8,7 +8,7 @@ LLaDA's quirks, all taken from its reference code (ML-GSAI/LLaDA ``generate.py``
   ``gen_length`` masks is cut into ``gen_length // block_length`` blocks, each given
   ``steps // num_blocks`` steps.
 - **The fixed schedule spreads the remainder over the first steps**: ``mask_count // steps`` tokens per
-  step plus one for the first ``mask_count % steps`` steps (:func:`num_transfer_tokens`).
+  step plus one for the first ``mask_count % steps`` steps (:func:`~dlm.decoding.schedule.transfer_counts`).
 - **Confidence** is the softmax probability of the argmax token. ML-GSAI computes it in the model's dtype,
   Fast-dLLM in float64; both are offered because a threshold can fall between the two roundings.
 - **Nothing stops at EOS**: the references fill the whole canvas. LLaDA-Instruct pads its answers with
@@ -26,6 +26,7 @@ import torch
 from dlm.bidirectional_cache import CanvasCache
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding.bidirectional import CacheMode, Family, stream_blocks
+from dlm.decoding.schedule import transfer_counts
 from dlm.model import Transformer
 
 
@@ -35,14 +36,6 @@ class Generation:
 
     output_ids: list[int]
     nfe: int
-
-
-def num_transfer_tokens(mask_count: int, steps: int) -> list[int]:
-    """LLaDA's fixed schedule: equal shares, the remainder going to the earliest steps."""
-    if steps <= 0:
-        raise ValueError(f"steps must be positive, got {steps}")
-    base, extra = divmod(mask_count, steps)
-    return [base + (i < extra) for i in range(steps)]
 
 
 def _unmask(
@@ -112,7 +105,7 @@ def generate(
     for block in range(num_blocks):
         start = len(prompt) + block * block_length
         end = start + block_length
-        schedule = num_transfer_tokens(block_length, steps_per_block)
+        schedule = transfer_counts(block_length, steps_per_block)
         step = 0
         while True:
             if kv is None or step == 0:
@@ -136,7 +129,7 @@ def generate(
     return Generation(x.tolist(), nfe)
 
 
-LLADA = Family(name="llada", token_shift=False, schedule=num_transfer_tokens)
+LLADA = Family(name="llada", token_shift=False, schedule=transfer_counts)
 
 
 def stream_generate(

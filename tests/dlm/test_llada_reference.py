@@ -41,13 +41,6 @@ def test_generation_matches_reference(model, entry):
         assert out.nfe == entry["nfe"]
 
 
-def test_schedule_spreads_the_remainder_over_the_first_steps():
-    assert llada.num_transfer_tokens(10, 4) == [3, 3, 2, 2]
-    assert llada.num_transfer_tokens(8, 8) == [1] * 8
-    with pytest.raises(ValueError, match="steps must be positive"):
-        llada.num_transfer_tokens(8, 0)
-
-
 def test_bad_block_arguments_are_named(model):
     with pytest.raises(ValueError, match="not a multiple of block_length"):
         llada.generate(model, [1, 2], steps=4, gen_length=10, block_length=4, mask_id=310)
