@@ -256,4 +256,5 @@ def decode(
                 return
         tokens.extend(window[known - start:].tolist())
         last_logits = forward.commit(window)
+        progress.passes += 1  # the commit pass is a forward too
 

@@ -1,0 +1,109 @@
+"""``python -m dlm``: ``generate`` text with a checkpoint, ``serve`` the OpenAI-compatible API.
+
+Subcommands register themselves in :data:`COMMANDS` (name -> (add_arguments, run)), so adding one is a
+function pair and one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+DEMO_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "demo"
+
+
+def _default_model() -> str | None:
+    return str(DEMO_CHECKPOINT) if (DEMO_CHECKPOINT / "config.json").exists() else None
+
+
+def _add_generate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=_default_model(), help="checkpoint directory (default: the embedded demo)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="a user message; the checkpoint's chat template is applied")
+    src.add_argument("--raw", help="text fed to the model as it is")
+    p.add_argument("--effort", choices=("low", "medium", "high"), default=None)
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--first-block-size", type=int, default=None, help="a smaller first block (block schedule)")
+    knob = p.add_mutually_exclusive_group()
+    knob.add_argument("--passes-per-block", type=int, default=None)
+    knob.add_argument("--threshold", type=float, default=None)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from dlm.config import CheckpointError
+    from dlm.engine import Engine
+
+    if args.model is None:
+        print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
+        return 2
+    try:
+        engine = Engine.from_dir(args.model, dtype=args.dtype)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    prompt = [{"role": "user", "content": args.prompt}] if args.prompt is not None else args.raw
+    opts = dict(effort=args.effort, block_size=args.block_size, first_block_size=args.first_block_size,
+                passes_per_block=args.passes_per_block, threshold=args.threshold, max_new_tokens=args.max_tokens,
+                temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    on_piece = None if args.json else _print_piece
+    try:
+        result = engine.generate(prompt, on_piece=on_piece, **opts)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        engine.close()
+    if args.json:
+        print(json.dumps(result.as_dict()))
+    else:
+        print()
+    return 0
+
+
+def _print_piece(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def _add_serve(p: argparse.ArgumentParser) -> None:
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the API server (see its --help)")
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    try:
+        server = importlib.import_module("dlm.api.server")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("dlm.api", "dlm.api.server"):
+            raise
+        print("error: the API server (dlm.api.server) is not installed in this build", file=sys.stderr)
+        return 2
+    return int(server.main(args.rest) or 0)
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
+    "generate": (_add_generate, _run_generate, "generate text with a checkpoint"),
+    "serve": (_add_serve, _run_serve, "serve the OpenAI-compatible API"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m dlm", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (add_arguments, _, help_text) in COMMANDS.items():
+        add_arguments(sub.add_parser(name, help=help_text))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command][1](args)
