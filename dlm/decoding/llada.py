@@ -41,17 +41,20 @@ class Generation:
 def _unmask(
     window: torch.Tensor,
     logits: torch.Tensor,
+    limit: int,
     mask_id: int,
     count: int | None,
     threshold: float | None,
     confidence_dtype: torch.dtype | None,
 ) -> None:
-    """Fill some masked positions of ``window`` (a view into the canvas) from ``logits`` [n, V].
+    """Fill some masks of ``window[:limit]`` (a view into the canvas) from the window's ``logits`` [n, V].
 
     ``count`` given: the ``count`` most confident masks. ``threshold`` given: the most confident mask
-    plus every other mask whose confidence reaches the threshold.
+    plus every other mask whose confidence reaches the threshold. The ranking runs over the whole fed
+    window, as in the references, because ``torch.topk`` breaks exact ties by layout.
     """
     masked = window == mask_id
+    masked[limit:] = False
     x0 = logits.argmax(-1)
     probs = torch.softmax(logits.to(confidence_dtype or logits.dtype), dim=-1)
     conf = probs.gather(-1, x0[:, None])[:, 0]
@@ -111,16 +114,18 @@ def generate(
             if kv is None or step == 0:
                 if kv is not None:
                     kv.refresh()
-                logits = model(x[None], cache=kv)[0, start:end]
+                window, limit = x, end
+                logits = model(window[None], cache=kv)[0]
                 if kv is not None:
                     kv.prefix(start) if cache == "prefix" else kv.dual(start, len(x))
-            elif cache == "prefix":
-                logits = model(x[None, start:], cache=kv)[0, :block_length]
             else:
-                logits = model(x[None, start:end], cache=kv)[0]
+                window, limit = (x[start:] if cache == "prefix" else x[start:end]), block_length
+                logits = model(window[None], cache=kv)[0]
             nfe += 1
-            count = schedule[step] if step < len(schedule) else 0
-            _unmask(x[start:end], logits, mask_id, None if threshold is not None else count, threshold, confidence_dtype)
+            count = None  # by threshold
+            if threshold is None:  # (the cached references' extra pass after a full block has no entry)
+                count = schedule[step] if step < len(schedule) else 0
+            _unmask(window, logits, limit, mask_id, count, threshold, confidence_dtype)
             step += 1
             # The cached references enter their pass loop after the refresh unconditionally, so a block
             # the refresh pass already finished still costs one more pass (it shows in nfe).
