@@ -1,1 +1,1 @@
-from live_server import serve  # noqa: F401  (the fixture)
+from live_server import new_pipeline, question, question_wav, resources, serve  # noqa: F401  (fixtures)

@@ -1,12 +1,19 @@
-"""A live server on an ephemeral loopback port, shared by the transport and the page tests."""
+"""A live server on an ephemeral loopback port and the real pipeline behind it, for transport and page tests."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
+from voice.audio import write_wav
+from voice.config import ROOT, load_config
+from voice.pipeline import VoicePipeline
+from voice.resources import Resources
 from voice.server import ServerConfig, create_app
 from voice.transports.sessions import SESSIONS, SessionRegistry
 
@@ -36,3 +43,52 @@ def registry(server: TestServer) -> SessionRegistry:
 
 def url(server: TestServer, path: str, scheme: str = "http") -> str:
     return f"{scheme}://127.0.0.1:{server.port}{path}"
+
+
+# ---------------------------------------------------------------------------------------------- the real pipeline
+
+DEMO_CHECKPOINT = ROOT / "dlm" / "assets" / "demo"
+FIXTURE_CHECKPOINT = ROOT.parent / "shared" / "fixtures" / "sdar" / "checkpoint"
+QUESTION = "What is the capital of France?"
+_loaded: dict[str, Resources] = {}
+
+
+def trained_model() -> bool:
+    """True once the demo checkpoint exists; before that the random-weight fixture answers gibberish."""
+    return (DEMO_CHECKPOINT / "config.json").is_file()
+
+
+def pipeline_resources() -> Resources:
+    """Whisper, Piper and the LM, loaded once per test process (both test folders share them)."""
+    if "resources" not in _loaded:
+        checkpoint = DEMO_CHECKPOINT if trained_model() else FIXTURE_CHECKPOINT
+        # Random weights say nothing worth waiting for: a few tokens are enough to exercise the audio path.
+        config = load_config("default").replace(
+            lm={"checkpoint": str(checkpoint), "max_new_tokens": 64 if trained_model() else 6})
+        _loaded["resources"] = asyncio.run(Resources.load(config))
+    return _loaded["resources"]
+
+
+@pytest.fixture(scope="session")
+def resources() -> Resources:
+    return pipeline_resources()
+
+
+@pytest.fixture
+def new_pipeline(resources: Resources) -> Callable[[], VoicePipeline]:
+    return lambda: VoicePipeline(resources)
+
+
+@pytest.fixture(scope="session")
+def question(resources: Resources) -> tuple[np.ndarray, int]:
+    """The spoken question at 48 kHz with a second of silence before it and three after (turn end)."""
+    speech = resources.tts.synthesize(QUESTION, 48000)
+    silence = np.zeros(48000, dtype=np.int16)
+    return np.concatenate([silence, speech, silence, silence, silence]), 48000
+
+
+@pytest.fixture(scope="session")
+def question_wav(question: tuple[np.ndarray, int], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("mic") / "question.wav"
+    write_wav(path, *question)
+    return path

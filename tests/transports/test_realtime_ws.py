@@ -1,0 +1,165 @@
+"""The /v1/realtime websocket with a real Realtime-protocol client and the real pipeline behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from typing import Any
+
+import aiohttp
+import numpy as np
+from live_server import registry, trained_model, url
+
+from voice.audio import resample
+
+TIMEOUT = 60
+
+
+async def next_event(ws: aiohttp.ClientWebSocketResponse, kind: str, seen: list[dict[str, Any]]) -> dict[str, Any]:
+    """Read events until one of ``kind`` (all of them are kept in ``seen``)."""
+    async with asyncio.timeout(TIMEOUT):
+        while True:
+            msg = await ws.receive()
+            assert msg.type == aiohttp.WSMsgType.TEXT, f"socket ended while waiting for {kind}: {msg}"
+            event = json.loads(msg.data)
+            seen.append(event)
+            if event["type"] == kind:
+                return event
+
+
+async def speak(ws: aiohttp.ClientWebSocketResponse, pcm48: np.ndarray) -> None:
+    """Append 24 kHz PCM16 in 100 ms events at the pace a microphone would."""
+    pcm = resample(pcm48, 48000, 24000)
+    for start in range(0, len(pcm), 2400):
+        chunk = pcm[start:start + 2400].astype("<i2").tobytes()
+        await ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
+        await asyncio.sleep(0.1)
+
+
+def reply_audio(events: list[dict[str, Any]], response_id: str) -> np.ndarray:
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_audio.delta"
+              and e["response_id"] == response_id]
+    return np.frombuffer(b"".join(base64.b64decode(d) for d in deltas), dtype="<i2")
+
+
+async def test_two_turn_conversation(serve, new_pipeline, question) -> None:
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        created = await next_event(ws, "session.created", seen)
+        assert created["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+
+        # Turn 1: spoken, server VAD ends it.
+        speaker = asyncio.create_task(speak(ws, question[0]))
+        started = await next_event(ws, "input_audio_buffer.speech_started", seen)
+        await next_event(ws, "input_audio_buffer.speech_stopped", seen)
+        heard = await next_event(ws, "conversation.item.input_audio_transcription.completed", seen)
+        assert heard["item_id"] == started["item_id"]
+        assert "capital" in heard["transcript"].lower() and "france" in heard["transcript"].lower()
+        done = await next_event(ws, "response.done", seen)
+        await speaker
+        assert done["response"]["status"] == "completed"
+        assert done["trace"]["voice_to_voice_ms"] is not None
+        audio = reply_audio(seen, done["response"]["id"])
+        assert len(audio) > 2400 and np.abs(audio).max() > 1000  # at least 0.1 s, and not silence
+        assert any(e["type"] == "response.output_audio_transcript.delta" for e in seen)
+
+        # Turn 2: a typed message, as Realtime clients send text.
+        await ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "And of Spain?"}]}})
+        await next_event(ws, "conversation.item.added", seen)
+        await ws.send_json({"type": "response.create"})
+        second = await next_event(ws, "response.done", seen)
+        assert second["response"]["id"] != done["response"]["id"]
+        assert len(reply_audio(seen, second["response"]["id"])) > 0
+        if trained_model():
+            assert "paris" in done["response"]["output"][0]["content"][0]["transcript"].lower()
+    assert not [e for e in seen if e["type"] == "error"]
+
+
+async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        cases = [
+            ("{not json", "invalid_json"),
+            (json.dumps([1, 2]), "invalid_event"),
+            (json.dumps({"type": "no.such.event", "event_id": "c1"}), "unknown_event"),
+            (json.dumps({"type": "input_audio_buffer.append", "audio": "***"}), "invalid_audio"),
+            (json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"abc").decode()}),
+             "invalid_audio"),  # PCM16 needs an even number of bytes
+            (json.dumps({"type": "session.update", "session": {"audio": {"input": {
+                "format": {"type": "audio/pcma"}}}}}), "invalid_audio_format"),
+            (json.dumps({"type": "session.update", "session": {"input_audio_format": "g711_alaw"}}),
+             "invalid_audio_format"),
+            (json.dumps({"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 5}),
+             "invalid_request"),
+            ("x" * (1 << 20) + "x", "message_too_large"),
+        ]
+        for message, code in cases:
+            await ws.send_str(message)
+            error = await next_event(ws, "error", seen)
+            assert error["error"]["code"] == code, (message[:60], error)
+        assert seen[2]["error"]["event_id"] is None and seen[3]["error"]["event_id"] == "c1"
+
+        await ws.send_json({"type": "session.update", "session": {"input_audio_format": "g711_ulaw"}})
+        updated = await next_event(ws, "session.updated", seen)
+        assert updated["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu", "rate": 8000}
+        await ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\xff" * 160).decode()})
+        await ws.send_json({"type": "input_audio_buffer.clear"})
+        await next_event(ws, "input_audio_buffer.cleared", seen)
+    assert len(registry(server)) == 0 or await _drained(server)
+
+
+async def test_frame_over_the_socket_limit_closes_only_that_socket(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline)
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+            await ws.receive_json()
+            with contextlib.suppress(ConnectionError):  # the server may hang up while we still write
+                await ws.send_str("x" * (5 << 20))
+            msg = await ws.receive()
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
+            assert ws.closed
+        assert await _drained(server)
+        async with http.get(url(server, "/healthz")) as health:
+            assert (await health.json())["status"] == "ok"
+
+
+async def test_session_limit_refuses_clearly(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline, max_sessions=1)
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as first:
+        assert (await first.receive_json())["type"] == "session.created"
+        async with http.ws_connect(url(server, "/v1/realtime", "ws")) as second:
+            refusal = await second.receive_json()
+            assert refusal["type"] == "error" and refusal["error"]["code"] == "session_limit_reached"
+            assert "limit of 1 concurrent sessions" in refusal["error"]["message"]
+            await second.receive()
+            assert second.close_code == aiohttp.WSCloseCode.TRY_AGAIN_LATER
+        await first.send_json({"type": "input_audio_buffer.clear"})
+        assert (await first.receive_json())["type"] == "input_audio_buffer.cleared"
+
+
+async def test_abrupt_disconnect_frees_the_session(serve, new_pipeline, question) -> None:
+    server = await serve(new_pipeline)
+    http = aiohttp.ClientSession()
+    ws = await http.ws_connect(url(server, "/v1/realtime", "ws"))
+    await ws.receive_json()
+    pcm = resample(question[0][48000:72000], 48000, 24000).astype("<i2").tobytes()
+    await ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
+    session = registry(server).sessions()[0]
+    ws._response.connection.transport.abort()  # no close frame: the client vanishes mid-sentence
+    await http.close()
+    assert await _drained(server)
+    assert session.closed and session.conversation._closed
+
+
+async def _drained(server, timeout: float = 10.0) -> bool:
+    """True once the server holds no session (closing is asynchronous after a disconnect)."""
+    async with asyncio.timeout(timeout):
+        while len(registry(server)):
+            await asyncio.sleep(0.05)
+    return True
