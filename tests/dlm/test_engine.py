@@ -1,0 +1,172 @@
+"""The engine on the fixture checkpoints: results, stops, max tokens, streaming, rollback, cancellation."""
+
+import asyncio
+
+import pytest
+import torch
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers
+
+from dlm.checkpoint import load_model
+from dlm.decoding import Commit
+from dlm.engine import Engine, _Run
+from dlm.tokenizer import Tokenizer
+
+PROMPT = [{"role": "user", "content": "Hi there!"}]
+
+
+@pytest.fixture(scope="module", params=["sdar", "fast_dllm_v2"])
+def engine(request, fixtures_dir):
+    eng = Engine.from_dir(fixtures_dir / request.param / "checkpoint")
+    yield eng
+    eng.close()
+
+
+def test_generate_result(engine):
+    r = engine.generate(PROMPT, max_new_tokens=12, effort="high")
+    assert 0 < len(r.token_ids) <= 12 and len(r.tokens) == len(r.token_ids)
+    assert r.text == "".join(r.pieces) == engine.tokenizer.decode(r.token_ids)
+    assert r.forward_passes > 0 and r.tokens_per_forward == len(r.token_ids) / r.forward_passes
+    assert r.finish_reason in ("stop", "length") and r.first_block_ms <= r.total_ms
+
+
+def test_greedy_is_deterministic_and_max_tokens_cuts(engine):
+    long = engine.generate(PROMPT, max_new_tokens=16, threshold=0.5)
+    short = engine.generate(PROMPT, max_new_tokens=5, threshold=0.5)
+    assert len(short.token_ids) == 5 and short.finish_reason == "length"
+    assert short.token_ids == long.token_ids[:5]
+
+
+def test_stop_token_ends_generation(engine):
+    free = engine.generate(PROMPT, max_new_tokens=16, threshold=0.5)
+    k = 3
+    stop = free.token_ids[k]
+    first = free.token_ids.index(stop)
+    r = engine.generate(PROMPT, max_new_tokens=16, threshold=0.5, stop_ids=[stop])
+    assert r.token_ids == free.token_ids[:first] and r.finish_reason == "stop"
+
+
+def test_prefix_streams_before_the_block_completes(engine):
+    """One token per pass: the decoded prefix streams, so text arrives in more pieces than blocks."""
+    block = engine.model.cfg.block_size
+    r = engine.generate(PROMPT, max_new_tokens=3 * block, passes_per_block=block, sub_block=1)
+    assert len(r.pieces) > 3
+
+
+def test_stream_matches_generate_and_keeps_loop_responsive(engine):
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        pieces = [p async for p in engine.stream(PROMPT, max_new_tokens=10, threshold=0.5)]
+        task.cancel()
+        return pieces, ticks
+
+    pieces, ticks = asyncio.run(main())
+    assert "".join(pieces) == engine.generate(PROMPT, max_new_tokens=10, threshold=0.5).text
+    assert ticks > len(pieces)  # the loop ran other tasks while passes ran on the worker
+
+
+def test_prefill_rollback_and_reuse(engine):
+    block = engine.model.cfg.block_size
+    ids = engine.prompt_ids(PROMPT)
+    fresh = engine.generate(ids, max_new_tokens=8, threshold=0.5)
+    session = engine.new_session()
+    early = session.prefill(ids[:-3] + [7, 8, 9])  # the transcript changed after this prefill
+    assert early.computed == (len(ids) // block) * block
+    again = session.prefill(ids)
+    lcp = len(ids) - 3
+    assert again.reused == max(e for e in [0, *range(block, lcp + 1, block)] if e <= lcp)
+    assert session.tokens == ids[: len(ids) // block * block]
+    r = engine.generate(ids, session=session, max_new_tokens=8, threshold=0.5)
+    assert r.token_ids == fresh.token_ids
+    # the next turn extends the conversation: the committed answer blocks stay cached
+    follow = ids + r.token_ids + ids[:5]
+    before = len(session.tokens)
+    assert before > len(ids) // block * block and session.prefill(follow).reused == before
+
+
+def test_two_sessions_at_once_match_sequential_runs(engine):
+    prompts = [PROMPT, [{"role": "user", "content": "Another question"}]]
+    want = [engine.generate(p, max_new_tokens=8, threshold=0.5).token_ids for p in prompts]
+
+    async def main():
+        async def one(p):
+            s = engine.new_session()
+            _ = [x async for x in engine.stream(p, session=s, max_new_tokens=8, threshold=0.5)]
+            return s.last_result.token_ids
+        return await asyncio.gather(*(one(p) for p in prompts))
+
+    assert asyncio.run(main()) == want
+
+
+def test_cancellation_frees_the_session(engine):
+    async def main():
+        session = engine.new_session()
+        first = asyncio.Event()
+
+        async def consume():
+            async for _ in engine.stream(PROMPT, session=session, max_new_tokens=64, passes_per_block=4):
+                first.set()
+
+        task = asyncio.create_task(consume())
+        await first.wait()
+        assert session.nbytes > 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.get_running_loop().run_in_executor(engine.worker, lambda: None)  # after the in-flight pass
+        return session
+
+    session = asyncio.run(main())
+    assert session.nbytes == 0 and session.tokens == []
+    assert len(engine.generate(PROMPT, session=session, max_new_tokens=4).token_ids) == 4
+
+
+def test_bad_options_are_errors(engine):
+    with pytest.raises(TypeError, match="unknown generation option"):
+        engine.generate(PROMPT, max_new_tokens=4, nonsense=1)
+    with pytest.raises(ValueError, match="effort"):
+        engine.generate(PROMPT, max_new_tokens=4, effort="extreme")
+    with pytest.raises(ValueError, match="either a threshold or passes"):
+        engine.generate(PROMPT, max_new_tokens=4, threshold=0.5, passes_per_block=2)
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate("", max_new_tokens=4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_loading(fixtures_dir, dtype):
+    path = fixtures_dir / "sdar" / "checkpoint"
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    full, half = load_model(path), load_model(path, dtype)
+    assert half.output_weight().dtype == dtype
+    got, want = half(ids).float(), full(ids)
+    assert (got - want).abs().max() < 0.05 * want.abs().max()
+    eng = Engine.from_dir(path, dtype=dtype)
+    assert len(eng.generate("abc", max_new_tokens=4).token_ids) == 4
+    eng.close()
+
+
+def _byte_tokenizer() -> Tokenizer:
+    """Byte-level tokens: 'é' is two tokens (its two UTF-8 bytes), each alone half a character."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    backend = HFTokenizer(models.BPE({c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return Tokenizer(backend=backend, template=None)
+
+
+def test_utf8_pieces_never_split_a_character():
+    tok = _byte_tokenizer()
+    ids = tok.encode("é ok ü")
+    assert len(ids) == 8  # two bytes each for é and ü
+    run = _Run(tok, prompt_tokens=1)
+    pieces = [run.take(Commit([i], n, False), 99) for n, i in enumerate(ids, 1)]
+    assert pieces[0] == "" and pieces[1] == "é"
+    assert "".join(pieces) == "é ok ü" and "\ufffd" not in "".join(pieces)
