@@ -221,6 +221,8 @@ def block_attention(
             splits = 2
     splits = max(1, min(splits, triton.cdiv(cap, block_n)))
     chunk = triton.cdiv(triton.cdiv(cap, splits), block_n) * block_n
+    if device.type == "cuda":  # a split's partial output costs as much traffic as ~64 keys: keep chunks long
+        chunk = max(chunk, 4 * block_n)
     cache_splits = triton.cdiv(cap, chunk)
     total_splits = cache_splits + int(has_block)
     f32 = dict(dtype=torch.float32, device=device)

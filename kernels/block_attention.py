@@ -55,7 +55,8 @@ def _lengths(cache_len: int | torch.Tensor, batch: int, capacity: int, device: t
     if isinstance(cache_len, torch.Tensor):
         if cache_len.device != device or cache_len.numel() not in (1, batch):
             raise ValueError(f"cache_len tensor must be on {device} with 1 or {batch} elements")
-        return cache_len.to(torch.int32).reshape(-1).expand(batch).contiguous()
+        lengths = cache_len.to(torch.int32).reshape(-1)
+        return lengths if lengths.numel() == batch else lengths.expand(batch).contiguous()
     if not 0 <= cache_len <= capacity:
         raise ValueError(f"cache_len {cache_len} outside the cache capacity 0..{capacity}")
     return torch.full((batch,), cache_len, dtype=torch.int32, device=device)

@@ -71,15 +71,16 @@ class Report:
     goals: list[dict[str, object]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
-    def section(self, name: str, fn: Callable[[], None]) -> None:
-        """Run one section; a failure is recorded and printed, not raised."""
-        print(f"== {name}", flush=True)
+    def attempt(self, name: str, fn: Callable[[], None]) -> bool:
+        """Run one measurement; a failure is recorded and printed, not raised, so the rest still runs."""
         try:
             fn()
+            return True
         except Exception:
-            message = f"{name}: {traceback.format_exc()}"
+            message = f"{name}: {traceback.format_exc(limit=6)}"
             print(message, file=sys.stderr, flush=True)
             self.errors.append(message)
+            return False
 
 
 def environment(plan: Plan) -> dict[str, object]:
@@ -159,27 +160,32 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
 
     dev, wu, reps = plan.device, plan.warmup, plan.reps
 
-    def record(kernel: str, shape: str, path: str, ms: float, floor_bytes: float = 0.0, flops: float = 0.0) -> None:
-        row: dict[str, object] = {"kernel": kernel, "shape": shape, "path": path, "ms": round(ms, 4)}
-        if floor_bytes:
-            row["floor_ms"] = round(floor_bytes / (bandwidth_gbs * 1e9) * 1e3, 4)
-            row["bw_frac"] = round(floor_bytes / (ms * 1e-3) / (bandwidth_gbs * 1e9), 3)
-        if flops:
-            row["tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
-        report.kernels.append(row)
-        print(f"  {kernel} {shape} [{path}]: {ms:.4f} ms", flush=True)
+    def measure(kernel: str, shape: str, path: str, fn: Callable[[], object], floor_bytes: float = 0.0,
+                flops: float = 0.0) -> None:  # fmt: skip
+        def run() -> None:
+            ms = time_ms(fn, dev, wu, reps)
+            row: dict[str, object] = {"kernel": kernel, "shape": shape, "path": path, "ms": round(ms, 4)}
+            if floor_bytes:
+                row["floor_ms"] = round(floor_bytes / (bandwidth_gbs * 1e9) * 1e3, 4)
+                row["bw_frac"] = round(floor_bytes / (ms * 1e-3) / (bandwidth_gbs * 1e9), 3)
+            if flops:
+                row["tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
+            report.kernels.append(row)
+            print(f"  {kernel} {shape} [{path}]: {ms:.4f} ms", flush=True)
+
+        report.attempt(f"{kernel} {shape} [{path}]", run)
 
     for batch in plan.batches:
         logits = torch.randn(batch, BLOCK, plan.vocab, device=dev).to(torch.bfloat16)
         all_masked = torch.ones(batch, BLOCK, dtype=torch.bool, device=dev)
         masked, ids = all_masked.clone(), torch.zeros(batch, BLOCK, dtype=torch.int64, device=dev)
         nbytes = logits.numel() * logits.element_size()
+        label = f"{batch}x{BLOCK}x{plan.vocab} bf16"
         for path in plan.paths:
-            ms = time_ms(partial(confidence_and_token, logits, masked=all_masked, path=path), dev, wu, reps)
-            record("confidence", f"{batch}x{BLOCK}x{plan.vocab} bf16", path, ms, nbytes)
-            step = partial(_select_with_reset, logits, masked, all_masked, ids, path)
-            record("select_confident (+mask reset)", f"{batch}x{BLOCK}x{plan.vocab} bf16", path,
-                   time_ms(step, dev, wu, reps), nbytes)  # fmt: skip
+            measure("confidence", label, path, partial(confidence_and_token, logits, masked=all_masked, path=path),
+                    nbytes)  # fmt: skip
+            measure("select_confident (+mask reset)", label, path,
+                    partial(_select_with_reset, logits, masked, all_masked, ids, path), nbytes)  # fmt: skip
 
     s = _shape(plan.shapes[-1])
     for batch in plan.batches:
@@ -192,11 +198,12 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
             kv_bytes = 2 * kc.numel() * kc.element_size()
             label = f"B{batch} {BLOCK}q over {cap} keys, {s.heads}/{s.kv_heads}x{s.head_dim}"
             for path in plan.paths:
-                ms = time_ms(partial(block_attention, q, kc, vc, len_t, path=path), dev, wu, reps)
-                record("block_attention (tensor len)", label, path, ms, kv_bytes)
-            ms = time_ms(partial(block_attention, q, kc, vc, cap, path="torch"), dev, wu, reps)
-            record("block_attention (int len, SDPA no mask)", label, "torch", ms, kv_bytes)
+                measure("block_attention (tensor len)", label, path,
+                        partial(block_attention, q, kc, vc, len_t, path=path), kv_bytes)  # fmt: skip
+            measure("block_attention (int len, SDPA no mask)", label, "torch",
+                    partial(block_attention, q, kc, vc, cap, path="torch"), kv_bytes)  # fmt: skip
 
+    sdpa = partial(torch.nn.functional.scaled_dot_product_attention, is_causal=True, enable_gqa=True)
     for length in plan.prompts:
         q = torch.randn(1, length, s.heads, s.head_dim, device=dev, dtype=torch.bfloat16)
         k = torch.randn(1, length, s.kv_heads, s.head_dim, device=dev, dtype=torch.bfloat16)
@@ -204,11 +211,10 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
         flops = 4.0 * length * length / 2 * s.heads * s.head_dim  # causal half of QK^T and PV
         label = f"{length} tokens, block {BLOCK}, {s.heads}/{s.kv_heads}x{s.head_dim}"
         for path in plan.paths:
-            ms = time_ms(partial(block_causal_attention, q, k, v, BLOCK, path=path), dev, wu, reps)
-            record("block_causal_attention", label, path, ms, flops=flops)
-        sdpa = partial(torch.nn.functional.scaled_dot_product_attention, is_causal=True, enable_gqa=True)
-        ms = time_ms(partial(sdpa, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)), dev, wu, reps)
-        record("SDPA is_causal (speed reference, token-causal)", label, "torch", ms, flops=flops)
+            measure("block_causal_attention", label, path,
+                    partial(block_causal_attention, q, k, v, BLOCK, path=path), flops=flops)  # fmt: skip
+        measure("SDPA is_causal (speed reference, token-causal)", label, "torch",
+                partial(sdpa, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)), flops=flops)  # fmt: skip
 
 
 # ---------------------------------------------------------------- model shapes
@@ -253,11 +259,43 @@ class _BlockRunner:
         self.first_block()
 
 
-def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
-    from latency_bench.gpu_shapes import RandomQwen3
+def _time_block_decoding(plan: Plan, report: Report, model, prompt: torch.Tensor, floor_ms: float) -> None:
+    """Prefill, one pass, and the first block (warm: prompt already cached; cold: prefill included)."""
     from latency_bench.kernels_timing import time_ms
 
-    dev, wu, reps = plan.device, plan.warmup, plan.reps
+    dev, wu, reps, length = plan.device, plan.warmup, plan.reps, prompt.shape[1]
+    runner = _BlockRunner(model, length)
+    prefill_ms = time_ms(partial(model.prefill, prompt, BLOCK), dev, 1, max(1, reps // 5))
+    pass_ms = time_ms(runner.one_pass, dev, wu, reps)
+    warm_ms = time_ms(runner.first_block, dev, wu, max(1, reps // 3))
+    cold_ms = time_ms(partial(runner.cold_first_block, prompt), dev, 1, max(1, reps // 5))
+    report.models.append({
+        "shape": model.shape.name, "prompt": length, "path": model.path, "graphed": runner.step.graphed,
+        "weight_gb": round(model.weight_bytes() / 1e9, 3), "weight_floor_ms": round(floor_ms, 3),
+        "pass_ms": round(pass_ms, 3), "pass_over_floor": round(pass_ms / floor_ms, 2),
+        "prefill_ms": round(prefill_ms, 3),
+        f"first_block_{PASSES_PER_BLOCK}_passes_warm_ms": round(warm_ms, 3), "first_block_cold_ms": round(cold_ms, 3),
+    })  # fmt: skip
+    print(f"  {model.shape.name} L={length} [{model.path}]: pass {pass_ms:.3f} ms (floor {floor_ms:.3f}), "
+          f"prefill {prefill_ms:.2f}, first block warm {warm_ms:.2f} / cold {cold_ms:.2f} ms", flush=True)  # fmt: skip
+
+
+def _time_decode(plan: Plan, report: Report, model, cache_len: int) -> None:
+    from latency_bench.kernels_timing import time_ms
+
+    runner = _BlockRunner(model, cache_len)
+    pass_ms = time_ms(runner.one_pass, plan.device, plan.warmup, plan.reps)
+    tok_s = TOKENS_PER_PASS * model.batch / (pass_ms * 1e-3)
+    report.decode.append({"shape": model.shape.name, "batch": model.batch, "cache": cache_len, "path": model.path,
+                          "pass_ms": round(pass_ms, 3), "tok_s_at_3_per_pass": round(tok_s)})  # fmt: skip
+    print(f"  decode {model.shape.name} B={model.batch} [{model.path}]: {pass_ms:.3f} ms/pass -> {tok_s:.0f} tok/s",
+          flush=True)  # fmt: skip
+
+
+def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
+    from latency_bench.gpu_shapes import RandomQwen3
+
+    dev = plan.device
     for name in plan.shapes:
         shape = _shape(name)
         model = RandomQwen3(shape, 1, max(plan.prompts) + BLOCK, dev, torch.bfloat16, plan.paths[0])
@@ -267,35 +305,15 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
             prompt = torch.randint(0, shape.vocab, (1, length), device=dev)
             for path in plan.paths:
                 model.path = path
-                runner = _BlockRunner(model, length)
-                prefill_ms = time_ms(partial(model.prefill, prompt, BLOCK), dev, 1, max(1, reps // 5))
-                pass_ms = time_ms(runner.one_pass, dev, wu, reps)
-                warm_ms = time_ms(runner.first_block, dev, wu, max(1, reps // 3))
-                cold_ms = time_ms(partial(runner.cold_first_block, prompt), dev, 1, max(1, reps // 5))
-                row = {
-                    "shape": name, "prompt": length, "path": path, "graphed": runner.step.graphed,
-                    "weight_gb": round(model.weight_bytes() / 1e9, 3), "weight_floor_ms": round(floor_ms, 3),
-                    "pass_ms": round(pass_ms, 3), "pass_over_floor": round(pass_ms / floor_ms, 2),
-                    "prefill_ms": round(prefill_ms, 3),
-                    f"first_block_{PASSES_PER_BLOCK}_passes_warm_ms": round(warm_ms, 3),
-                    "first_block_cold_ms": round(cold_ms, 3),
-                }  # fmt: skip
-                report.models.append(row)
-                print(f"  {name} L={length} [{path}]: pass {pass_ms:.3f} ms (floor {floor_ms:.3f}), "
-                      f"prefill {prefill_ms:.2f}, first block warm {warm_ms:.2f} / cold {cold_ms:.2f} ms", flush=True)  # fmt: skip
-                del runner
-        length = min(plan.prompts)
+                report.attempt(f"{name} L={length} [{path}]",
+                               partial(_time_block_decoding, plan, report, model, prompt, floor_ms))  # fmt: skip
+        cache_len = min(plan.prompts)
         for batch in plan.batches:
-            model.new_cache(batch, length + BLOCK)
+            model.new_cache(batch, cache_len + BLOCK)
             for path in plan.paths:
                 model.path = path
-                runner = _BlockRunner(model, length)
-                pass_ms = time_ms(runner.one_pass, dev, wu, reps)
-                tok_s = TOKENS_PER_PASS * batch / (pass_ms * 1e-3)
-                report.decode.append({"shape": name, "batch": batch, "cache": length, "path": path,
-                                      "pass_ms": round(pass_ms, 3), "tok_s_at_3_per_pass": round(tok_s)})  # fmt: skip
-                print(f"  decode {name} B={batch} [{path}]: pass {pass_ms:.3f} ms -> {tok_s:.0f} tok/s", flush=True)
-                del runner
+                report.attempt(f"decode {name} B={batch} [{path}]",
+                               partial(_time_decode, plan, report, model, cache_len))  # fmt: skip
         del model
         if dev.type == "cuda":
             torch.cuda.empty_cache()
@@ -305,7 +323,8 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
 
 
 def evaluate_goals(report: Report) -> None:
-    """The issue's targets, judged on the best path for each figure (n/a when not measured)."""
+    """The issue's targets, judged on the best path for each figure (None when not measured)."""
+    report.goals = []
 
     def best(rows: list[dict[str, object]], key: str, **match: object) -> float | None:
         vals = [float(r[key]) for r in rows if key in r and all(r.get(k) == v for k, v in match.items())]
@@ -401,14 +420,18 @@ def main(argv: list[str] | None = None) -> int:
         report.env["copy_bandwidth_gbs"] = round(bandwidth["gbs"], 1)
         print(f"  copy bandwidth {bandwidth['gbs']:.1f} GB/s", flush=True)
 
-    report.section("copy bandwidth", measure_bandwidth)
-    report.section("correctness", lambda: run_correctness(plan, report))
-    if "gbs" in bandwidth:
-        report.section("kernel timings", lambda: run_kernel_timings(plan, report, bandwidth["gbs"]))
-        if not args.skip_models:
-            report.section("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"]))
-    evaluate_goals(report)
-    md, js = write_results(report, args.out_dir, args.dry_run)
+    sections: list[tuple[str, Callable[[], None]]] = [
+        ("copy bandwidth", measure_bandwidth),
+        ("correctness", partial(run_correctness, plan, report)),
+        ("kernel timings", lambda: run_kernel_timings(plan, report, bandwidth["gbs"])),
+    ]
+    if not args.skip_models:
+        sections.append(("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"])))
+    for name, run in sections:
+        print(f"== {name}", flush=True)
+        report.attempt(name, run)
+        evaluate_goals(report)
+        md, js = write_results(report, args.out_dir, args.dry_run)  # after every section: a timeout keeps the rest
     print(f"wrote {md} and {js}")
     if report.errors:
         print(f"gpu_check: {len(report.errors)} failure(s); see {md}", file=sys.stderr)
