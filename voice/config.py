@@ -42,9 +42,13 @@ class LmConfig:
     device: str = "cpu"
     dtype: str = "float32"
     threads: int = 2
-    system_prompt: str = "You are a helpful voice assistant. Answer in one or two short spoken sentences."
-    max_new_tokens: int = 96
+    system_prompt: str = "you are a helpful voice assistant. keep answers short."
+    max_new_tokens: int = 64
     block_size: int | None = None
+    first_block_size: int | None = None
+    """A small first block gets the first words out sooner (when the checkpoint was trained for it)."""
+    effort: str | None = None
+    """The engine's one-word compute knob (low / medium / high); explicit knobs override it."""
     threshold: float | None = 0.9
     temperature: float = 0.0
     tools: bool = True

@@ -11,7 +11,6 @@ is spoken, run with :mod:`dlm.tools`, and their results go back to the model for
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -37,15 +36,28 @@ class ToolCallSplitter:
     """Separates speakable text from tool calls in a stream of text pieces.
 
     Text that might be the start of ``<tool_call>`` is held back until it is known not to be, so no
-    part of a call is ever spoken.
+    part of a call is ever spoken. A reply that opens with ``{`` is a call whose tags the detokeniser
+    dropped (they are special tokens): it is held until its JSON object closes. Spoken replies never
+    start with a brace.
     """
 
     def __init__(self) -> None:
         self._buffer = ""
+        self._bare: bool | None = None  # None until the first non-blank character is seen
 
     def push(self, piece: str) -> tuple[str, str | None]:
         """Return ``(speakable text, body of a completed tool call or None)``."""
         self._buffer += piece
+        if self._bare is None and self._buffer.strip():
+            self._bare = self._buffer.lstrip().startswith("{")
+        if self._bare:
+            end = _json_object_end(self._buffer)
+            if end is None:
+                return "", None
+            body, self._buffer, self._bare = self._buffer[:end].strip(), self._buffer[end:], False
+            return "", body
+        if self._bare is None:
+            return "", None
         start = self._buffer.find(TOOL_OPEN)
         if start < 0:
             keep = _partial_tag_len(self._buffer)
@@ -62,7 +74,30 @@ class ToolCallSplitter:
     def flush(self) -> str:
         """The end of the stream: an unfinished tool call is dropped, held-back text is released."""
         rest, self._buffer = self._buffer, ""
-        return "" if TOOL_OPEN in rest else rest
+        return "" if TOOL_OPEN in rest or self._bare else rest
+
+
+def _json_object_end(text: str) -> int | None:
+    """Index just past the JSON object that ``text`` starts with (after blanks), or None if still open."""
+    depth, in_string, escaped = 0, False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
 
 
 def _partial_tag_len(text: str) -> int:
@@ -96,7 +131,7 @@ class LmStage:
         self.engine = engine
         self.config = config
         self.session = engine.new_session()
-        self.history: list[dict[str, str]] = []
+        self.history: list[dict[str, Any]] = []
         if config.system_prompt:
             self.history.append({"role": "system", "content": config.system_prompt})
         self.tools = ToolSession()
@@ -106,18 +141,33 @@ class LmStage:
 
     def _stream_options(self) -> dict[str, Any]:
         cfg = self.config
-        options: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature,
-                                   "threshold": cfg.threshold}
-        if cfg.block_size is not None:
-            options["block_size"] = cfg.block_size
-        if cfg.tools:
-            options["tools"] = True
-        return options
+        options = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "threshold": cfg.threshold,
+                   "block_size": cfg.block_size, "first_block_size": cfg.first_block_size, "effort": cfg.effort}
+        options = {k: v for k, v in options.items() if v is not None}
+        return {**options, "tools": True} if cfg.tools else options
+
+    def _prompt_len(self, messages: list[dict[str, Any]]) -> int:
+        return len(self.engine.prompt_ids(messages, True if self.config.tools else None))
+
+    def _fit_history(self) -> None:
+        """Drop the oldest exchanges until the prompt leaves room for a whole reply in the model's context.
+
+        The demo model has a short context; a long conversation forgets its beginning rather than failing.
+        """
+        cfg = self.engine.model.cfg
+        budget = cfg.max_position_embeddings - self.config.max_new_tokens - 2 * (self.config.block_size or cfg.block_size)
+        first = 1 if self.history and self.history[0]["role"] == "system" else 0
+        while len(self.history) - first > 1 and self._prompt_len(self.history) > budget:
+            del self.history[first]
+            while len(self.history) - first > 1 and self.history[first]["role"] != "user":
+                del self.history[first]
 
     def partial_prompt_ids(self, user_text: str) -> list[int]:
         """Token ids of the history plus the start of a user message holding ``user_text`` (no end marker)."""
         messages = [*self.history, {"role": "user", "content": user_text + _CUT_MARK}]
-        rendered = self.engine.render_prompt(messages, add_generation_prompt=False)
+        rendered = self.engine.render_prompt(
+            messages, add_generation_prompt=False, tools=True if self.config.tools else None
+        )
         return self.engine.tokenizer.encode(rendered[: rendered.index(_CUT_MARK)])
 
     async def prefill_partial(self, user_text: str) -> bool:
@@ -131,30 +181,27 @@ class LmStage:
         async with self._lock:
             while self._prefill_wanted is not None and self._prefill_wanted != self._prefilled:
                 text, self._prefill_wanted = self._prefill_wanted, None
-                ids = self.partial_prompt_ids(text)
-                result = self.session.prefill(ids)
-                if inspect.isawaitable(result):
-                    await result
+                await self.session.aprefill(self.partial_prompt_ids(text))
                 self._prefilled = text
         return True
 
     async def reply(self, user_text: str | None) -> AsyncIterator[str | ToolCall]:
         """Stream the answer to ``user_text`` (None: to the history as it is): speakable text and tool calls.
 
-        The user message joins the history at once; the assistant's message is added by
-        :meth:`record_reply` with what was actually said.
+        The user message joins the history at once, tool calls and results as they happen; the
+        assistant's spoken message is added by :meth:`record_reply` with what was actually said.
         """
         if user_text is not None:
             self.history.append({"role": "user", "content": user_text})
         async with self._lock:
             self._prefilled = None
             for round_no in range(self.config.max_tool_rounds + 1):
-                splitter, said = ToolCallSplitter(), []
+                self._fit_history()
+                splitter = ToolCallSplitter()
                 call_body: str | None = None
                 async for piece in self.engine.stream(self.history, session=self.session, **self._stream_options()):
                     text, call_body = splitter.push(piece)
                     if text:
-                        said.append(text)
                         yield text
                     if call_body is not None:
                         break
@@ -163,10 +210,9 @@ class LmStage:
                         yield tail
                     return
                 call = self._run_tool(call_body)
-                self.history.append(
-                    {"role": "assistant", "content": "".join(said) + TOOL_OPEN + call_body + TOOL_CLOSE}
-                )
-                self.history.append({"role": "tool", "content": call.result})
+                self.history.append({"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
+                self.history.append({"role": "tool", "name": call.name, "content": call.result})
                 yield call
 
     def _run_tool(self, body: str) -> ToolCall:
@@ -183,13 +229,12 @@ class LmStage:
 
     def amend_last_reply(self, text: str) -> None:
         """A barge-in after the reply was recorded: keep only ``text`` of it."""
-        if self.history and self.history[-1]["role"] == "assistant":
+        last = self.history[-1] if self.history else None
+        if last is not None and last["role"] == "assistant" and not last.get("tool_calls"):
             if text.strip():
-                self.history[-1]["content"] = text.strip()
+                last["content"] = text.strip()
             else:
                 self.history.pop()
 
     def close(self) -> None:
-        close = getattr(self.session, "close", None)
-        if close is not None:
-            close()
+        self.session.release()

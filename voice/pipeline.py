@@ -235,7 +235,7 @@ class VoicePipeline:
             elif kind is VadEventKind.SILENCE_STARTED:
                 self._turn.trace.mark("silence_started", self._arrival(event.timestamp))
                 if self.config.turn.speculative_asr:
-                    self._turn.transcriber.start_final()
+                    self._turn.transcriber.start_final(event.timestamp)
             elif kind is VadEventKind.SPEECH_RESUMED:
                 self._turn.transcriber.discard_final()
                 self._turn.trace.stamps.pop("silence_started", None)
@@ -251,7 +251,7 @@ class VoicePipeline:
         turn = Turn(turn_id, trace, StreamingTranscriber(self.resources.asr), event.timestamp)
         if self.config.turn.barge_in == "vad" and self._assistant_audible():
             turn.interrupts = self._reply
-        turn.transcriber.start_turn(event.audio)
+        turn.transcriber.start_turn(event.audio, event.audio_start)
         turn.partials_task = asyncio.get_running_loop().create_task(self._partials_loop(turn))
         self._turn = turn
         self._emit(SpeechStarted(self._arrival(event.timestamp), interrupted_reply=turn.interrupts is not None))

@@ -1,0 +1,186 @@
+"""The whole pipeline on real components: Piper speaks the caller's questions, Whisper hears them, the LM
+answers, Piper speaks the answer, and file mode plays the caller (fast mode: the timeline waits for compute).
+
+The LM is the shipped demo checkpoint when it is present, else the tiny random SDAR fixture (gibberish
+replies, real plumbing); tests that need meaningful answers need the demo checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from dlm.engine import Engine
+from voice.asr import WhisperAsr
+from voice.config import ROOT, PipelineConfig, load_config
+from voice.events import (
+    AudioCleared,
+    ReplyTextDelta,
+    ResponseDone,
+    SpeechStarted,
+    TranscriptCompleted,
+    TranscriptDelta,
+)
+from voice.file_mode import CALLER_RATE, FileModeOptions, FileModeResult, run_files
+from voice.pipeline import VoicePipeline, first_audible
+from voice.resources import Resources, warm_engine
+from voice.trace import MARKS
+from voice.tts import PiperTts
+
+DEMO = ROOT / "dlm" / "assets" / "demo"
+FIXTURE = ROOT.parent / "shared" / "fixtures" / "sdar" / "checkpoint"
+HAVE_DEMO = (DEMO / "config.json").is_file()
+needs_demo = pytest.mark.skipif(not HAVE_DEMO, reason="the demo checkpoint (dlm/assets/demo) is not trained yet")
+
+
+def test_config() -> PipelineConfig:
+    """The default config on whichever checkpoint is here; the fixture's replies are kept short."""
+    base = load_config("default")
+    if HAVE_DEMO:
+        return base.replace(lm={"checkpoint": str(DEMO)})
+    return base.replace(lm={"checkpoint": str(FIXTURE), "max_new_tokens": 12, "tools": False})
+
+
+test_config.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="module")
+def resources() -> Resources:
+    torch.set_num_threads(1)
+    config = test_config()
+    engine = Engine.from_dir(config.lm.checkpoint_path())
+    asyncio.run(warm_engine(engine))
+    res = Resources(config, engine, WhisperAsr(config.asr), PiperTts(config.tts))
+    yield res
+    res.close()
+    engine.close()
+
+
+def say(resources: Resources, text: str) -> np.ndarray:
+    return resources.tts.synthesize(text, CALLER_RATE)
+
+
+def trimmed(pcm: np.ndarray) -> np.ndarray:
+    """Without Piper's leading and trailing silence, so a gap put between two clips is the whole pause."""
+    start, end = first_audible(pcm), len(pcm) - first_audible(pcm[::-1])
+    return pcm[start:end]
+
+
+async def converse(
+    resources: Resources, clips: list[np.ndarray], config: PipelineConfig | None = None, **options: object
+) -> tuple[FileModeResult, VoicePipeline]:
+    pipeline = VoicePipeline(resources, config)
+    try:
+        result = await run_files(pipeline, clips, FileModeOptions(fast=True, **options))  # type: ignore[arg-type]
+    finally:
+        await pipeline.close()
+    return result, pipeline
+
+
+def of_type(result: FileModeResult, kind: type) -> list:
+    return [e for e in result.events if isinstance(e, kind)]
+
+
+def audible_after(result: FileModeResult, seconds: float) -> bool:
+    return first_audible(result.output[int(seconds * result.output_rate) :]) is not None
+
+
+async def test_one_spoken_question_gets_a_spoken_reply_and_a_complete_trace(resources: Resources) -> None:
+    result, pipeline = await converse(resources, [say(resources, "What is twelve times four?")])
+
+    assert len(of_type(result, SpeechStarted)) == 1
+    [completed] = of_type(result, TranscriptCompleted)
+    words = completed.text.lower()
+    assert "twelve" in words or "12" in words
+    assert "four" in words or "4" in words
+    assert of_type(result, TranscriptDelta), "partial transcripts while the caller spoke"
+    assert "".join(e.text for e in of_type(result, ReplyTextDelta)).strip()
+    [done] = of_type(result, ResponseDone)
+    assert not done.cancelled and done.text
+
+    speech_end = result.speech_spans[0][1]
+    assert not audible_after(result, 0) or first_audible(result.output) >= speech_end * result.output_rate
+    assert audible_after(result, speech_end), "the assistant's voice follows the question"
+
+    [trace] = result.traces
+    assert trace == done.trace
+    assert all(trace[mark] is not None for mark in MARKS), trace
+    assert trace["speech_end"] == 0
+    assert trace["asr_final"] <= trace["lm_first_text"] <= trace["tts_first_audio"] <= trace["first_audio_out"]
+    assert trace["voice_to_voice_ms"] == trace["first_audio_out"] > 0
+    assert all(v is not None and v >= 0 for v in trace["durations_ms"].values())
+    assert trace["transcript"] == completed.text and trace["reply"] == done.text
+
+    assert [m["role"] for m in pipeline.history[-2:]] == ["user", "assistant"]
+    assert pipeline.history[-1]["content"] == done.text
+
+
+async def test_barge_in_clears_audio_and_history_keeps_only_what_was_played(resources: Resources) -> None:
+    question = say(resources, "Tell me a long story about the sea.")
+    interruption = say(resources, "Please tell me what time it is.")
+    result, pipeline = await converse(resources, [question, interruption], barge_in_at=0.6)
+
+    assert [e.interrupted_reply for e in of_type(result, SpeechStarted)] == [False, True]
+    assert [e.turn_id for e in of_type(result, AudioCleared)][:1] == [1]
+    # The caller stops hearing the first reply soon after speaking over it (the barge-in threshold
+    # plus the VAD's minimum speech and a frame or two) and hears nothing while still speaking.
+    barge_start, barge_end = result.speech_spans[1]
+    cut = barge_start + (pipeline.config.turn.barge_in_min_ms + 300) / 1000
+    rate = result.output_rate
+    assert first_audible(result.output[int(barge_start * rate) - rate // 10 : int(barge_start * rate)]) is not None
+    assert first_audible(result.output[int(cut * rate) : int(barge_end * rate)]) is None
+    assert audible_after(result, barge_end), "the interruption was answered"
+
+    full_first = "".join(e.text for e in of_type(result, ReplyTextDelta) if e.turn_id == 1).split()
+    users = [i for i, m in enumerate(pipeline.history) if m["role"] == "user"]
+    between = pipeline.history[users[0] + 1 : users[1]]
+    kept = " ".join(m["content"] for m in between if m["role"] == "assistant").split()
+    assert len(kept) < len(full_first), "only the played part of the interrupted reply is kept"
+    assert kept == full_first[: len(kept)]
+
+
+async def test_speech_resuming_in_the_hangover_discards_the_speculative_final(resources: Resources) -> None:
+    gap = np.zeros(int(0.2 * CALLER_RATE), dtype=np.int16)  # longer than silence_start, shorter than hangover
+    clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
+    result, _ = await converse(resources, [clip])
+
+    [completed] = of_type(result, TranscriptCompleted)
+    words = completed.text.lower()
+    assert ("twelve" in words or "12" in words) and ("four" in words or "4" in words)
+    assert len(of_type(result, SpeechStarted)) == 1, "one turn, not two"
+    assert result.traces[0]["speculative_finals_discarded"] >= 1
+
+
+async def test_silence_and_noise_alone_get_no_reply(resources: Resources) -> None:
+    rng = np.random.default_rng(0)
+    noise = (rng.normal(0, 300, int(1.0 * CALLER_RATE))).astype(np.int16)
+    click = np.zeros(int(0.5 * CALLER_RATE), dtype=np.int16)
+    click[4000:4400] = 20000
+    result, pipeline = await converse(resources, [noise, click])
+
+    assert not of_type(result, ResponseDone)
+    assert first_audible(result.output) is None
+    assert [m["role"] for m in pipeline.history] == ["system"]
+
+
+@needs_demo
+async def test_spoken_arithmetic_gets_the_right_spoken_number(resources: Resources) -> None:
+    result, _ = await converse(resources, [say(resources, "What is twelve times four?")])
+    reply_audio = result.output[int(result.speech_spans[0][1] * result.output_rate) :]
+    from voice.audio import resample
+
+    heard = resources.asr.transcribe(resample(reply_audio, result.output_rate, 16000)).text.lower()
+    assert "48" in heard or "forty-eight" in heard or "forty eight" in heard, heard
+
+
+@needs_demo
+async def test_two_turns_keep_context(resources: Resources) -> None:
+    clips = [say(resources, "What is the capital of France?"), say(resources, "And of Spain?")]
+    result, pipeline = await converse(resources, clips)
+    replies = [e.text.lower() for e in of_type(result, ResponseDone)]
+    assert len(replies) == 2
+    assert "paris" in replies[0] and "madrid" in replies[1], replies
+    assert [m["role"] for m in pipeline.history if m["role"] in ("user", "assistant")][:2] == ["user", "assistant"]
