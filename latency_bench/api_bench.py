@@ -5,7 +5,8 @@ normal block-diffusion decoding, and as `<name>-ar` with 1-token blocks decoded 
 same model decoded autoregressively (one forward pass per token) — the baseline. At each concurrency level
 every client sends the same list of chat requests one after another with `stream=True` through the official
 `openai` async client, and the bench reports time to first content chunk and per-request decode speed
-(completion tokens / request time), p50 and p95, plus aggregate tokens/s across clients.
+(completion tokens / request time: its median and its slow tail, the 5th percentile that 95% of requests
+beat), plus aggregate tokens/s across clients.
 
 Client and server share one process (and its GIL); torch releases the GIL in its kernels, so the figures
 are close to, not equal to, those of a separate client machine.
@@ -51,7 +52,7 @@ class LevelResult:
     ttfc_p50_ms: float
     ttfc_p95_ms: float
     tok_s_p50: float
-    tok_s_p95: float
+    tok_s_p5: float  # the slow tail: 95% of requests decode faster
     aggregate_tok_s: float
     wall_s: float
 
@@ -100,7 +101,7 @@ def summarise(mode: str, clients: int, timings: list[RequestTiming], wall: float
     ttfc = [t.first_chunk_ms for t in timings]
     speed = [t.tokens_per_s for t in timings]
     return LevelResult(mode, clients, len(timings), percentile(ttfc, 50), percentile(ttfc, 95),
-                       percentile(speed, 50), percentile(speed, 95),
+                       percentile(speed, 50), percentile(speed, 5),
                        sum(t.completion_tokens for t in timings) / wall, wall)
 
 
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> list[LevelResult]:
 
 def _print_row(r: LevelResult) -> None:
     print(f"{r.mode:>14} clients={r.clients:<3} n={r.requests:<3} first chunk p50 {r.ttfc_p50_ms:7.1f} ms "
-          f"p95 {r.ttfc_p95_ms:7.1f} ms | per-request tok/s p50 {r.tok_s_p50:7.1f} p95 {r.tok_s_p95:7.1f} | "
+          f"p95 {r.ttfc_p95_ms:7.1f} ms | per-request tok/s p50 {r.tok_s_p50:7.1f} p5 {r.tok_s_p5:7.1f} | "
           f"aggregate {r.aggregate_tok_s:7.1f} tok/s", flush=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -15,9 +16,12 @@ from dlm.api.errors import APIError, bad_request
 from dlm.api.generation import GenerationSpec, Outcome
 from dlm.api.limits import read_json
 from dlm.api.prompt import Prompt, build_prompt
+from dlm.api.span_plan import plan_spans
 from dlm.api.sse import open_stream, send_done, send_event
 from dlm.api.state import STATE, ApiState
-from dlm.api.tool_calls import Delta, forced_call_schema
+from dlm.api.tool_calls import Delta
+
+log = logging.getLogger(__name__)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -44,18 +48,16 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
     if max_tokens > room:
         raise bad_request(f"the prompt ({n_prompt} tokens) plus max_tokens ({max_tokens}) exceeds the model's "
                           f"context length ({state.context_length})", "max_tokens", "context_length_exceeded")
-    schema = req.json_schema
-    if req.tool_choice in ("required", "function"):
-        schema = forced_call_schema(req.tools, req.forced_tool)
-    if schema is not None:
+    plan = plan_spans(req, state.tokenizer, state.engine.stop_ids)
+    if plan is not None:
         try:
             check_supported(state.engine.model.cfg)
         except UnsupportedModel as exc:
-            raise bad_request(str(exc), "response_format") from None
+            raise bad_request(str(exc), "response_format" if req.json_schema is not None else "tools") from None
     return [
         GenerationSpec(prompt_ids=prompt.ids, max_tokens=max_tokens, temperature=req.temperature,
                        top_p=req.top_p, seed=None if req.seed is None else req.seed + i, effort=req.effort,
-                       schema=schema)
+                       plan=plan)
         for i in range(req.n)
     ]
 
@@ -103,7 +105,15 @@ async def _stream(request: web.Request, state: ApiState, req: ChatRequest, promp
         await send(delta_choice(index, {}, outcome.finish_reason))
         return outcome
 
-    outcomes = await _all(one(i, s) for i, s in enumerate(specs))
+    try:
+        outcomes = await _all(one(i, s) for i, s in enumerate(specs))
+    except (ConnectionError, asyncio.CancelledError):
+        raise  # the client went away: nothing left to tell it
+    except Exception:  # headers are sent, so the error travels in the stream, as OpenAI's does
+        log.exception("chat completion stream failed")
+        await send_event(resp, APIError(500, "generation failed; see the server log").body())
+        await send_done(resp)
+        return resp
     if req.include_usage:
         usage = Usage(len(prompt.ids), sum(o.completion_tokens for o in outcomes))
         await send_event(resp, ids.chunk([], usage, include_usage=True))

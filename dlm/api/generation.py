@@ -1,10 +1,10 @@
 """The one place the API meets the decoder: a :class:`GenerationSpec` in, final text pieces out.
 
-Free text is the engine's own stream. Constrained output (a JSON schema or a forced tool call) runs
-:mod:`dlm.api.constrained_generation` on an engine session, one step per call on the engine's model worker,
-so it interleaves pass by pass with every other generation exactly like the engine's own streams. Each
-generation gets a fresh session that is released when the generation ends, is cancelled, or the client
-goes away; the live ones are counted in `sessions`.
+Plain free text is the engine's own stream. Anything with a constrained span (JSON output, tool calls on a
+tokenizer whose `<tool_call>` is one token) runs :func:`dlm.api.span_generation.span_decode` on an engine
+session, one step per call on the engine's model worker, so it interleaves pass by pass with every other
+generation exactly like the engine's own streams. Each generation gets a fresh session, released when it
+ends, is cancelled, or the client goes away; the live ones are kept in `sessions`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from dlm.api.constrained_generation import constrained_decode
-from dlm.constrained import JsonSchemaConstraint
-from dlm.decoding.confidence import Sampling
-from dlm.effort import Knobs, resolve
-from dlm.tokenizer import IncrementalDecoder
+from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
+from dlm.api.tool_calls import CLOSE, OPEN
+from dlm.effort import Knobs
+from dlm.tokenizer import IncrementalDecoder, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -31,7 +28,7 @@ class GenerationSpec:
     top_p: float | None = None
     seed: int | None = None
     effort: str | None = None  # low / medium / high
-    schema: dict[str, Any] | bool | None = None  # constrain the whole output to this JSON schema
+    plan: SpanPlan | None = None  # constrained spans; None = plain engine stream
 
 
 @dataclass
@@ -62,41 +59,45 @@ async def engine_stream(engine: Any, spec: GenerationSpec, outcome: Outcome, ses
         sessions.discard(session)
 
 
-async def constrained_stream(engine: Any, vocab: list[str], spec: GenerationSpec, outcome: Outcome,
-                             sessions: set) -> AsyncIterator[str]:
-    """JSON text that the schema accepts, committed left to right (see constrained_generation)."""
-    assert spec.schema is not None
-    constraint = JsonSchemaConstraint(spec.schema, vocab, engine.stop_ids)
+async def span_stream(engine: Any, vocab: list[str], spec: GenerationSpec, outcome: Outcome,
+                      sessions: set) -> AsyncIterator[str]:
+    """Text with constrained spans (see span_generation); span tags appear in the text as `<tool_call>`."""
+    assert spec.plan is not None
     session = engine.new_session()
     sessions.add(session)
-    steps = _constrained_steps(engine, session, spec, constraint)
-    decoder = IncrementalDecoder(engine.tokenizer)
+    run = SpanRun()
+    knobs = Knobs(effort=spec.effort, temperature=spec.temperature or 0.0, top_p=spec.top_p or 1.0,
+                  max_new_tokens=spec.max_tokens)
+    steps = span_decode(engine, session, spec.prompt_ids, spec.max_tokens, spec.plan, vocab, knobs, spec.seed, run)
+    text = TaggedText(engine.tokenizer, {spec.plan.open_id: OPEN, spec.plan.close_id: CLOSE})
     loop = asyncio.get_running_loop()
     try:
         while (ids := await loop.run_in_executor(engine.worker, next, steps, None)) is not None:
             outcome.completion_tokens += len(ids)
-            if piece := decoder.push(ids):
+            if piece := text.push(ids):
                 yield piece
-        outcome.finish_reason = "stop" if constraint.stopped else "length"
+        outcome.finish_reason = "stop" if run.finished_by_stop else "length"
     finally:
         engine.worker.submit(_close, steps, session)
         sessions.discard(session)
 
 
-def _constrained_steps(engine: Any, session: Any, spec: GenerationSpec,
-                       constraint: JsonSchemaConstraint) -> Iterator[list[int]]:
-    """Prefill on the session, then the constrained loop; every `next` runs on the model worker."""
-    cfg = engine.model.cfg
-    policy = resolve(cfg, Knobs(effort=spec.effort), engine.stop_ids)
-    threshold = policy.threshold if policy.threshold is not None else float("inf")  # high: 1 token per pass
-    generator = torch.Generator(device=engine.device).manual_seed(spec.seed) if spec.seed is not None else None
-    sampling = Sampling(temperature=spec.temperature or 0.0, top_p=spec.top_p or 1.0)
-    with torch.no_grad():
-        session.prefill_now(spec.prompt_ids)
-        state = session.state(len(spec.prompt_ids) + spec.max_tokens + 2 * cfg.block_size)
-        steps = constrained_decode(cfg, state, list(spec.prompt_ids), constraint, spec.max_tokens, sampling,
-                                   threshold, state.last_logits, generator)
-        yield from steps
+class TaggedText:
+    """Incremental text that keeps the span tags: the tokenizer would drop them as special tokens."""
+
+    def __init__(self, tokenizer: Tokenizer, tags: dict[int | None, str]) -> None:
+        self.decoder = IncrementalDecoder(tokenizer)
+        self.tags = {k: v for k, v in tags.items() if k is not None}
+
+    def push(self, ids: list[int]) -> str:
+        out, run = "", []
+        for token in ids:
+            if token in self.tags:
+                out += self.decoder.push(run) + self.tags[token]
+                run = []
+            else:
+                run.append(token)
+        return out + self.decoder.push(run)
 
 
 def _close(steps: Iterator[list[int]], session: Any) -> None:

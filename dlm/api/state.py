@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dlm.api.generation import GenerationSpec, Outcome, constrained_stream, engine_stream
+from dlm.api.generation import GenerationSpec, Outcome, engine_stream, span_stream
 from dlm.api.limits import ApiLimits, ConcurrencyGate
 from dlm.constrained import vocab_strings
 
@@ -41,8 +41,8 @@ class ApiState:
         return vocab_strings(self.engine.tokenizer.backend)
 
     def generate(self, spec: GenerationSpec, outcome: Outcome) -> AsyncIterator[str]:
-        if spec.schema is not None:
-            return constrained_stream(self.engine, self.vocab, spec, outcome, self.sessions)
+        if spec.plan is not None:
+            return span_stream(self.engine, self.vocab, spec, outcome, self.sessions)
         return engine_stream(self.engine, spec, outcome, self.sessions, self.decode_opts)
 
 

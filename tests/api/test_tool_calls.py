@@ -100,3 +100,37 @@ def test_parser_gives_back_text_that_is_not_a_call():
 def test_parser_accepts_arguments_before_name():
     (delta,) = _parse(['<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>'])
     assert delta.name == "f" and json.loads(delta.arguments) == {"x": 1}
+
+
+def _calls(resp) -> list:
+    return resp.choices[0].message.tool_calls or []
+
+
+def test_auto_calls_open_constrained_spans_mid_text(tagged_client):
+    """Left to itself the random model emits the `<tool_call>` token; each call it opens is then decoded
+    under the tools' schemas, so every call is a real function with valid arguments."""
+    resp = tagged_client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER, TIME],
+                                                 max_tokens=180)
+    calls = _calls(resp)
+    assert calls, resp.choices[0].message.content
+    assert resp.choices[0].finish_reason == "tool_calls"
+    for call in calls:
+        spec = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
+        jsonschema.validate(json.loads(call.function.arguments), spec["function"]["parameters"])
+    assert "<tool_call>" not in (resp.choices[0].message.content or "")
+
+
+def test_forced_call_with_tag_tokens(tagged_client):
+    resp = tagged_client.chat.completions.create(
+        model=MODEL_NAME, messages=ASK, tools=[WEATHER, TIME], max_tokens=120,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    first = _calls(resp)[0]
+    assert first.function.name == "get_weather"
+    jsonschema.validate(json.loads(first.function.arguments), WEATHER["function"]["parameters"])
+
+
+def test_tool_choice_none_never_calls(tagged_client):
+    resp = tagged_client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER],
+                                                 tool_choice="none", max_tokens=60)
+    assert not _calls(resp)

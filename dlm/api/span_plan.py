@@ -1,0 +1,39 @@
+"""Which parts of an answer are decoded under a schema, decided from the request and the tokenizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlm.api.chat_request import ChatRequest, ToolSpec
+from dlm.api.span_generation import SpanPlan
+from dlm.api.tool_calls import CLOSE, OPEN, forced_call_schema
+from dlm.constrained import CompiledSchema, SchemaError
+from dlm.tokenizer import Tokenizer
+
+
+def plan_spans(req: ChatRequest, tokenizer: Tokenizer, stop_ids: frozenset[int]) -> SpanPlan | None:
+    """None when the answer is plain text (the engine's own stream decodes it)."""
+    open_id, close_id = tokenizer.special_tokens.get(OPEN), tokenizer.special_tokens.get(CLOSE)
+    tagged = open_id is not None and close_id is not None  # the tags are single tokens: spans can open mid-text
+    if req.json_schema is not None:
+        return SpanPlan(start_schema=req.json_schema, start_end_ids=stop_ids)
+    calls: dict[str, Any] = {}
+    if tagged and req.tool_choice != "none":
+        calls = {"open_id": open_id, "span_schema": _call_schema(req.tools), "close_id": close_id}
+    if req.tool_choice in ("required", "function"):
+        ends = frozenset({close_id}) if tagged else stop_ids
+        return SpanPlan(start_schema=forced_call_schema(req.tools, req.forced_tool), start_end_ids=ends, **calls)
+    return SpanPlan(**calls) if calls else None
+
+
+def _call_schema(tools: tuple[ToolSpec, ...]) -> dict[str, Any]:
+    """Any of the tools with its own parameters, or (if one of them cannot be enforced) a known name with
+    an object of arguments: an auto call should not turn a request away over one exotic schema keyword."""
+    schema = forced_call_schema(tools, None)
+    try:
+        CompiledSchema(schema)
+    except SchemaError:
+        return {"type": "object", "properties": {"name": {"enum": [t.name for t in tools]},
+                                                 "arguments": {"type": "object"}},
+                "required": ["name", "arguments"], "additionalProperties": False}
+    return schema
