@@ -158,9 +158,9 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
                 reply = assistant.generate(answer_prompt, effort)
                 tokens[effort] += len(reply.ids)
                 passes[effort] += reply.passes
-                correct = call_ok and example.fact in assistant.text(reply.ids)
+                correct = call_ok and example.reply_is_correct(assistant.text(reply.ids))
             else:
-                correct = not emitted and example.fact in assistant.text(first.ids)
+                correct = not emitted and example.reply_is_correct(assistant.text(first.ids))
             tally.add(f"answer_correct/{effort}", correct)
             tally.add(f"answer_correct/{effort}/{example.intent}", correct)
         if example.call:

@@ -29,13 +29,16 @@ SYSTEM_PROMPTS = [
 @dataclass
 class Example:
     """One dialogue. The final turn is what evaluation asks about: `call` is its expected tool call (or None)
-    and `fact` a string its spoken reply must contain."""
+    and `facts` the strings one of which its spoken reply must contain."""
 
     intent: str
     messages: list[dict[str, Any]]
     call: dict[str, Any] | None
-    fact: str
+    facts: tuple[str, ...]
     tools: list[dict[str, Any]] | None = None
+
+    def reply_is_correct(self, reply: str) -> bool:
+        return any(fact in reply for fact in self.facts)
 
     def last_user_index(self) -> int:
         return max(i for i, m in enumerate(self.messages) if m["role"] == "user")
@@ -62,11 +65,18 @@ class Context:
 
     def value(self, sample: Callable[[random.Random], Any], key: Callable[[Any], str] = str) -> Any:
         """Draw values until one falls in this split (by a stable hash of its key)."""
+        v = self.try_value(sample, key)
+        if v is None:
+            raise RuntimeError("value sampler cannot reach the requested split")
+        return v
+
+    def try_value(self, sample: Callable[[random.Random], Any], key: Callable[[Any], str] = str) -> Any:
+        """Like `value`, but None when a thousand draws all fall in the other split."""
         for _ in range(1000):
             v = sample(self.rng)
             if (zlib.crc32(key(v).encode()) % HELDOUT_EVERY == 0) == (self.split == "heldout"):
                 return v
-        raise RuntimeError("value sampler cannot reach the requested split")
+        return None
 
     def choice(self, options: list[Any]) -> Any:
         return self.rng.choice(options)
@@ -105,5 +115,6 @@ def generate(split: str, count: int, seed: int) -> list[Example]:
         intent = ctx.rng.choices(names, weights)[0]
         call, fact = INTENTS[intent][1](ctx)
         tools = tool_specs() if ctx.rng.random() < 0.3 else None
-        examples.append(Example(intent, ctx.messages, call, fact, tools))
+        facts = (fact,) if isinstance(fact, str) else tuple(fact)
+        examples.append(Example(intent, ctx.messages, call, facts, tools))
     return examples

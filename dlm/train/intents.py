@@ -13,6 +13,7 @@ from dlm.train.asr import asr_noise
 from dlm.train.data import Context
 
 Call = dict[str, Any] | None
+Facts = str | tuple[str, ...]  # what the final reply must contain (any one of a tuple)
 
 
 def spoken(ctx: Context, n: int) -> str:
@@ -69,7 +70,7 @@ def _division(r: random.Random) -> tuple[int, int]:
     return (b * r.randint(1, 20), b) if r.random() < 0.8 else (r.randint(1, 100), b)
 
 
-def arithmetic(ctx: Context) -> tuple[Call, str]:
+def arithmetic(ctx: Context) -> tuple[Call, Facts]:
     op = ctx.choice(list(ARITH) + list(POWERS))
     if op in ARITH:
         templates, word, sample = ARITH[op]
@@ -88,15 +89,16 @@ def arithmetic(ctx: Context) -> tuple[Call, str]:
     return call_of("calculator", {"expression": expression}), result["spoken"]
 
 
-def arithmetic_follow_up(ctx: Context) -> tuple[Call, str]:
+def arithmetic_follow_up(ctx: Context) -> tuple[Call, Facts]:
     while True:
         arithmetic(ctx)
         previous = _last_result(ctx)
         if isinstance(previous, int) and abs(previous) < 10000:
-            break
+            op = ctx.choice(list(FOLLOW))
+            c = ctx.try_value(lambda r: r.randint(2, 12), key=lambda v, op=op, p=previous: f"follow{op}:{v}:{p}")
+            if c is not None:
+                break
         ctx.messages = [m for m in ctx.messages if m["role"] == "system"]
-    op = ctx.choice(list(FOLLOW))
-    c = ctx.value(lambda r: r.randint(2, 12), key=lambda v, op=op: f"follow{op}:{v}:{previous}")
     ask(ctx, ctx.template(FOLLOW[op]).format(c=spoken(ctx, c)))
     expression = f"{previous} {op} {c}"
     result = ctx.call("calculator", {"expression": expression})
@@ -123,7 +125,7 @@ DAY_ASKS = ["what day is it", "what day of the week is it", "which day is today"
             "tell me what day it is", "what's the day today", "which day of the week is it"]
 
 
-def clock_time(ctx: Context) -> tuple[Call, str]:
+def clock_time(ctx: Context) -> tuple[Call, Facts]:
     ctx.now = ctx.now.replace(hour=0, minute=0) + ctx.value(
         lambda r: __import__("datetime").timedelta(minutes=r.randrange(24 * 60)), key=str)
     ask(ctx, ctx.template(TIME_ASKS))
@@ -133,7 +135,7 @@ def clock_time(ctx: Context) -> tuple[Call, str]:
     return call_of("get_time", {}), result["spoken"]
 
 
-def clock_date(ctx: Context) -> tuple[Call, str]:
+def clock_date(ctx: Context) -> tuple[Call, Facts]:
     ctx.now = ctx.value(lambda r: ctx.now.replace(month=r.randint(1, 12), day=r.randint(1, 28)),
                         key=lambda d: d.strftime("%m-%d"))
     weekday_only = ctx.rng.random() < 0.4
@@ -171,7 +173,7 @@ def _unit_text(ctx: Context, code: str, value: int | None) -> str:
     return singular if value == 1 else ctx.choice(plural)
 
 
-def conversion(ctx: Context) -> tuple[Call, str]:
+def conversion(ctx: Context) -> tuple[Call, Facts]:
     def sample(r: random.Random) -> tuple[str, str, int]:
         src, dst = r.choice(UNIT_PAIRS)
         value = r.randint(-20, 120) if src in ("c", "f") else r.randint(1, 500 if r.random() < 0.3 else 30)
@@ -225,29 +227,29 @@ def _set_timer(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]]:
     return call_of("set_timer", arguments), result
 
 
-def timer(ctx: Context) -> tuple[Call, str]:
+def timer(ctx: Context) -> tuple[Call, Facts]:
     call, result = _set_timer(ctx)
     return call, result["spoken"]
 
 
-def timer_manage(ctx: Context) -> tuple[Call, str]:
+def timer_manage(ctx: Context) -> tuple[Call, Facts]:
     has_timer = ctx.rng.random() < 0.8
     if has_timer:
         _set_timer(ctx)
         ctx.now = ctx.now + __import__("datetime").timedelta(seconds=ctx.rng.randint(1, 30))
     if ctx.rng.random() < 0.5:
         ask(ctx, ctx.template(CANCEL_ASKS))
-        result = ctx.call("cancel_timer", {})
-        name = "cancel_timer"
-        reply = "okay, i cancelled {s}." if "error" not in result else "you don't have any timers running."
+        name, result = "cancel_timer", ctx.call("cancel_timer", {})
+        running, reply = "error" not in result, "okay, i cancelled {s}."
     else:
         ask(ctx, ctx.template(LIST_ASKS))
-        result = ctx.call("list_timers", {})
-        name = "list_timers"
-        reply = "you have {s}." if result["timers"] else "you don't have any timers running."
-    fact = result.get("spoken", "don't have any timers")
-    ctx.say(reply.format(s=fact))
-    return call_of(name, {}), fact
+        name, result = "list_timers", ctx.call("list_timers", {})
+        running, reply = bool(result["timers"]), "you have {s}."
+    if not running:
+        ctx.say("you don't have any timers running.")
+        return call_of(name, {}), "don't have any timers"
+    ctx.say(reply.format(s=result["spoken"]))
+    return call_of(name, {}), result["spoken"]
 
 
 # --- capitals -------------------------------------------------------------------------------------------
@@ -275,14 +277,14 @@ def _country(ctx: Context) -> str:
     return ctx.value(lambda r: r.choice(sorted(CAPITALS)), key=lambda c: f"country:{c}")
 
 
-def capital(ctx: Context) -> tuple[Call, str]:
+def capital(ctx: Context) -> tuple[Call, Facts]:
     country = _country(ctx)
     ask(ctx, ctx.template(CAPITAL_ASKS).format(c=country))
     result = ctx.call("country_capital", {"country": country})
     return call_of("country_capital", {"country": country}), _capital_reply(ctx, country, result)
 
 
-def capital_follow_up(ctx: Context) -> tuple[Call, str]:
+def capital_follow_up(ctx: Context) -> tuple[Call, Facts]:
     capital(ctx)
     country = _country(ctx)
     ask(ctx, ctx.template(CAPITAL_FOLLOW).format(c=country))
@@ -299,7 +301,7 @@ SPELL_AGAIN = ["can you spell that again", "say that again", "one more time plea
                "spell it again"]
 
 
-def spelling(ctx: Context) -> tuple[Call, str]:
+def spelling(ctx: Context) -> tuple[Call, Facts]:
     word = ctx.value(lambda r: r.choice(sorted(set(WORDS))), key=lambda w: f"spell:{w}")
     ask(ctx, ctx.template(SPELL_ASKS).format(w=word))
     letters = ", ".join(word)
@@ -314,24 +316,24 @@ def spelling(ctx: Context) -> tuple[Call, str]:
 CHAT = {
     "greeting": (["hi", "hello", "hey", "hey there", "good morning", "hello there", "hi assistant",
                   "good evening", "good afternoon", "hiya", "morning", "hi there"],
-                 ["hi! how can i help?", "hello! what can i do for you?", "hey, what do you need?"], "hel"),
+                 ["hi! how can i help?", "hello! what can i do for you?", "hey, what do you need?"]),
     "how_are_you": (["how are you", "how's it going", "how are you doing today", "you doing okay",
                      "how are things", "how have you been", "are you doing well"],
-                    ["i'm doing well, thanks. how can i help?", "pretty good! what can i do for you?"], "good"),
+                    ["i'm doing well, thanks. how can i help?", "pretty good! what can i do for you?"]),
     "identity": (["what's your name", "who are you", "what are you", "are you a robot", "are you a person",
                   "tell me about yourself", "what should i call you"],
-                 ["i'm a small voice assistant running right here on this device."], "assistant"),
+                 ["i'm a small voice assistant running right here on this device."]),
     "thanks": (["thanks", "thank you", "thanks a lot", "cheers", "thank you so much", "great thanks",
                 "perfect thank you", "awesome thanks", "thanks a bunch", "that's great thank you"],
-               ["you're welcome!", "happy to help.", "anytime."], "welcome"),
+               ["you're welcome!", "happy to help.", "anytime."]),
     "goodbye": (["bye", "goodbye", "see you later", "that's all", "good night", "talk to you later",
                  "bye for now", "see ya", "that's it for now", "okay bye"],
-                ["bye! talk soon.", "goodbye!", "see you later."], "bye"),
+                ["bye! talk soon.", "goodbye!", "see you later."]),
     "capabilities": (["what can you do", "what can you help me with", "what are you able to do", "help",
                       "what do you know how to do", "what kind of things can you do", "how can you help me",
                       "what are your skills", "what can i ask you", "what are you good at"],
                      ["i can tell you the time and date, do math, convert units, set timers, spell words, "
-                      "and tell you the capital of a country."], "timers"),
+                      "and tell you the capital of a country."]),
 }
 REFUSALS = {
     "browse the web": ["search the web for {x}", "google {x}", "look up {x} online", "find {x} on the internet",
@@ -359,18 +361,18 @@ FILL = {"x": ["cheap flights", "pizza places", "the news", "cat videos", "recipe
         "name": ["mom", "dad", "john", "sarah", "alex", "my sister"]}
 
 
-def chat(kind: str) -> Callable[[Context], tuple[Call, str]]:
-    asks, replies, fact = CHAT[kind]
+def chat(kind: str) -> Callable[[Context], tuple[Call, Facts]]:
+    asks, replies = CHAT[kind]
 
-    def run(ctx: Context) -> tuple[Call, str]:
+    def run(ctx: Context) -> tuple[Call, Facts]:
         ask(ctx, ctx.template(asks))
         ctx.say(ctx.choice(replies))
-        return None, fact
+        return None, tuple(replies)
 
     return run
 
 
-def refusal(ctx: Context) -> tuple[Call, str]:
+def refusal(ctx: Context) -> tuple[Call, Facts]:
     what = ctx.choice(list(REFUSALS))
     text = ctx.template(REFUSALS[what]).format(**{k: ctx.choice(v) for k, v in FILL.items()})
     ask(ctx, text)
@@ -381,7 +383,7 @@ def refusal(ctx: Context) -> tuple[Call, str]:
     return None, f"can't {what}"
 
 
-INTENTS: dict[str, tuple[float, Callable[[Context], tuple[Call, str]]]] = {
+INTENTS: dict[str, tuple[float, Callable[[Context], tuple[Call, Facts]]]] = {
     "arithmetic": (20, arithmetic),
     "arithmetic_follow_up": (6, arithmetic_follow_up),
     "time": (5, clock_time),

@@ -1,0 +1,120 @@
+"""The synthetic corpus: seeded, split by template and by value, tool calls valid, tokenizer faithful."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+
+from dlm.chat_template import ChatTemplate
+from dlm.tools import tool_call_schema
+from dlm.train.data import Context, generate
+from dlm.train.encode import DialogueEncoder
+from dlm.train.intents import ARITH, CAPITAL_ASKS, UNKNOWN_COUNTRIES
+from dlm.train.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
+
+
+def test_same_seed_same_corpus() -> None:
+    first, again, other = generate("train", 60, 3), generate("train", 60, 3), generate("train", 60, 4)
+    assert [e.messages for e in first] == [e.messages for e in again]
+    assert [e.messages for e in first] != [e.messages for e in other]
+
+
+def test_template_pools_are_disjoint() -> None:
+    for templates in (CAPITAL_ASKS, ARITH["+"][0]):
+        train = {Context("train", random.Random(i)).template(templates) for i in range(200)}
+        held = {Context("heldout", random.Random(i)).template(templates) for i in range(200)}
+        assert train and held and not train & held
+        assert train | held == set(templates)
+
+
+def call_values(split: str, count: int) -> dict[str, set[str]]:
+    values: dict[str, set[str]] = {}
+    for example in generate(split, count, 0):
+        if example.call and example.intent in ("arithmetic", "conversion", "capital", "timer"):
+            args = example.call["arguments"]
+            if args.get("country") in UNKNOWN_COUNTRIES:
+                continue
+            key = json.dumps({k: v for k, v in args.items() if k != "label"}, sort_keys=True)
+            values.setdefault(example.call["name"], set()).add(key)
+        if example.intent == "spelling":
+            values.setdefault("spelling", set()).add(example.facts[0])
+    return values
+
+
+def test_heldout_values_never_occur_in_training() -> None:
+    train, held = call_values("train", 1500), call_values("heldout", 400)
+    assert set(held) == {"calculator", "convert_units", "country_capital", "set_timer", "spelling"}
+    for name, values in held.items():
+        assert values and not values & train[name], name
+
+
+def test_every_tool_call_fits_the_schema_and_every_result_is_json() -> None:
+    schema = tool_call_schema()
+    for example in generate("train", 300, 1) + generate("heldout", 100, 1):
+        for message in example.messages:
+            for call in message.get("tool_calls", []):
+                jsonschema.validate(call["function"], schema)
+            if message["role"] == "tool":
+                assert isinstance(json.loads(message["content"]), dict)
+        assert all(example.facts)
+
+
+def test_final_reply_holds_the_fact() -> None:
+    for example in generate("heldout", 200, 2):
+        assert example.messages[-1]["role"] == "assistant"
+        assert example.reply_is_correct(example.messages[-1]["content"])
+
+
+@pytest.fixture(scope="module")
+def tokenizer_and_corpus():
+    examples = generate("train", 300, 0)
+    renderer = DialogueEncoder(None)  # type: ignore[arg-type]
+    texts = [renderer.render(e) for e in examples]
+    return train_tokenizer(texts, 500), examples, texts
+
+
+def test_tokenizer_round_trip_and_special_tokens(tokenizer_and_corpus) -> None:
+    tokenizer, _, texts = tokenizer_and_corpus
+    assert [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS)))
+    assert tokenizer.get_vocab_size() == 500
+    for text in texts[:50] + ["héllo wörld 😀 12.5", "<tool_call>{}</tool_call>"]:
+        ids = tokenizer.encode(text).ids
+        assert tokenizer.decode(ids, skip_special_tokens=False) == text
+    for special in SPECIAL_TOKENS:
+        assert tokenizer.encode(f"a{special}b").ids[1] == tokenizer.token_to_id(special)
+
+
+def test_targets_are_exactly_the_assistant_turns(tokenizer_and_corpus) -> None:
+    tokenizer, examples, _ = tokenizer_and_corpus
+    encoder = DialogueEncoder(tokenizer)
+    for example in examples[:50]:
+        encoded = encoder.encode(example)
+        target_text = tokenizer.decode([i for i, t in zip(encoded.ids, encoded.targets, strict=True) if t],
+                                       skip_special_tokens=False)
+        expected = ""
+        for message in example.messages:
+            if message["role"] == "assistant":
+                expected += message["content"]
+                for call in message.get("tool_calls", []):
+                    expected += f'<tool_call>{json.dumps(call["function"])}</tool_call>'
+                expected += "<|im_end|>"
+        assert target_text == expected
+
+
+def test_template_renders_string_and_object_arguments_alike() -> None:
+    template = ChatTemplate(CHAT_TEMPLATE)
+    args = {"value": 5, "from_unit": "km", "to_unit": "mi"}
+
+    def call(arguments):
+        return [{"role": "user", "content": "x"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "convert_units", "arguments": arguments}}]}]
+
+    assert template.render(call(args)) == template.render(call(json.dumps(args)))
+    with_tools = template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                 tools=[{"type": "function", "function": {"name": "get_time"}}])
+    assert with_tools == ("<|im_start|>system\ntools: get_time<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                          "<|im_start|>assistant\n")
