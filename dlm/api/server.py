@@ -15,6 +15,7 @@ from dlm.api.chat import chat_completions
 from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
 from dlm.api.state import STATE, ApiState
+from dlm.cli import DEMO_CHECKPOINT
 
 _CREATED = int(time.time())
 
@@ -62,7 +63,9 @@ async def get_model(request: web.Request) -> web.Response:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dlm serve", description="OpenAI-compatible API on a diffusion LM")
-    p.add_argument("--model", required=True, help="checkpoint directory")
+    demo = DEMO_CHECKPOINT if (DEMO_CHECKPOINT / "config.json").exists() else None
+    p.add_argument("--model", default=demo, required=demo is None,
+                   help="checkpoint directory (default: the embedded demo checkpoint)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--dtype", default="float32")
@@ -74,14 +77,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     check_bind(args.host, args.api_key)
+    from dlm.config import CheckpointError
     from dlm.engine import Engine  # the engine pulls in torch: only when actually serving
 
-    engine = Engine.from_dir(args.model, args.dtype)
+    try:
+        engine = Engine.from_dir(args.model, args.dtype)
+    except CheckpointError as exc:
+        raise SystemExit(f"error: {exc}") from None
     name = args.model_name or os.path.basename(os.path.normpath(args.model))
     limits = ApiLimits(max_concurrent=args.max_concurrent, max_prompt_tokens=args.max_prompt_tokens)
     app = create_app(engine, name, limits, args.api_key)
     print(f"serving {name!r} on http://{args.host}:{args.port}/v1", flush=True)
+    # handler_cancellation: a client that disconnects cancels its handler, which frees its engine session
     web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)
+    return 0
