@@ -16,6 +16,7 @@ const voice = {
   traces: [],          // response.done traces
   errors: [],
   audioOnsets: [],     // performance.now() when assistant audio starts after a silence
+  lastLoudAt: null,    // performance.now() of the latest audible assistant audio
   micLevel: 0,
   recording: null,     // Promise<{mime, base64}> after stop() with ?record=1
 };
@@ -167,6 +168,7 @@ function watchRemote(stream) {
   meter(stream, (rms) => {
     const now = performance.now();
     if (rms > 0.01) {
+      voice.lastLoudAt = now;
       if (quietSince !== null && now - quietSince > 300) voice.audioOnsets.push(now);
       quietSince = null;
     } else if (quietSince === null) {

@@ -1,0 +1,146 @@
+"""/phone/twilio with a websocket client that plays Twilio's side of a Media Stream, in real time."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+
+import aiohttp
+import numpy as np
+import pytest
+from live_server import registry, url
+
+from voice.audio import mulaw_decode, mulaw_encode, resample
+from voice.transports.phone import CallAudio, CallMark, CallStarted, CallStopped, PhoneProtocolError
+from voice.transports.twilio import TwilioSerializer
+
+SID = "MZ0123456789abcdef"
+FRAME = 160  # 20 ms at 8 kHz
+
+
+class TwilioSide:
+    """What Twilio does: send caller audio every 20 ms, play what it gets, echo marks once played."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.heard: list[np.ndarray] = []
+        self.marks: list[str] = []
+        self.clears = 0
+        self.media_at: float | None = None
+        self._play_until = 0.0
+        self._due: list[tuple[float, str]] = []
+
+    async def start(self) -> None:
+        await self.ws.send_json({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+        await self.ws.send_json({"event": "start", "sequenceNumber": "1", "streamSid": SID, "start": {
+            "accountSid": "AC1", "streamSid": SID, "callSid": "CA1", "tracks": ["inbound"],
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            "customParameters": {}}})
+
+    async def say(self, pcm8k: np.ndarray) -> None:
+        t0 = time.monotonic()
+        for i, start in enumerate(range(0, len(pcm8k), FRAME)):
+            payload = base64.b64encode(mulaw_encode(pcm8k[start:start + FRAME])).decode()
+            await self.ws.send_json({"event": "media", "streamSid": SID,
+                                     "media": {"track": "inbound", "payload": payload}})
+            await self._echo_due_marks()
+            await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))
+
+    async def listen(self) -> None:
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            assert data["streamSid"] == SID
+            now = time.monotonic()
+            if data["event"] == "media":
+                pcm = mulaw_decode(base64.b64decode(data["media"]["payload"]))
+                self.heard.append(pcm)
+                self.media_at = self.media_at or now
+                self._play_until = max(self._play_until, now) + len(pcm) / 8000
+            elif data["event"] == "mark":
+                self.marks.append(data["mark"]["name"])
+                self._due.append((self._play_until, data["mark"]["name"]))
+            elif data["event"] == "clear":
+                self.clears += 1
+                self._play_until = now  # Twilio drops its buffer and returns the marks still pending
+                self._due = [(now, name) for _, name in self._due]
+
+    async def _echo_due_marks(self) -> None:
+        now = time.monotonic()
+        for due, name in [d for d in self._due if d[0] <= now]:
+            self._due.remove((due, name))
+            await self.ws.send_json({"event": "mark", "streamSid": SID, "mark": {"name": name}})
+
+
+async def test_phone_call_hears_speech_gets_marks_and_a_barge_in_clears(serve, new_pipeline, question) -> None:
+    server = await serve(new_pipeline)
+    caller = resample(question[0], 48000, 8000)
+    speech_only = resample(question[0][48000:-96000], 48000, 8000)
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/phone/twilio", "ws")) as ws:
+        phone = TwilioSide(ws)
+        listener = asyncio.create_task(phone.listen())
+        await phone.start()
+        await phone.say(caller)
+        async with asyncio.timeout(30):
+            while phone.media_at is None:  # the reply has not started yet: keep the line open
+                await phone.say(np.zeros(FRAME * 5, dtype=np.int16))
+        await phone.say(speech_only)  # the caller talks over the assistant
+        await phone.say(np.zeros(8000, dtype=np.int16))
+        await ws.send_json({"event": "stop", "streamSid": SID, "stop": {"accountSid": "AC1", "callSid": "CA1"}})
+        listener.cancel()
+
+    heard = np.concatenate(phone.heard)
+    assert len(heard) > 800 and np.abs(heard).max() > 1000  # mu-law speech, not silence
+    assert phone.marks and all(m.split(":")[0].isdigit() and m.split(":")[1].isdigit() for m in phone.marks)
+    assert phone.clears >= 1
+    async with asyncio.timeout(10):
+        while len(registry(server)):
+            await asyncio.sleep(0.05)
+
+
+def test_serializer_round_trips_twilio_messages() -> None:
+    twilio = TwilioSerializer()
+    assert twilio.parse(json.dumps({"event": "connected", "protocol": "Call"})) is None
+    started = twilio.parse(json.dumps({"event": "start", "start": {
+        "streamSid": SID, "callSid": "CA9", "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000,
+                                                           "channels": 1}, "customParameters": {"x": "1"}}}))
+    assert started == CallStarted(SID, "CA9", {"x": "1"})
+    pcm = (3000 * np.sin(np.arange(160) / 5)).astype(np.int16)
+    media = json.loads(twilio.audio(pcm))
+    assert media["event"] == "media" and media["streamSid"] == SID
+    echoed = twilio.parse(json.dumps({"event": "media", "media": {"track": "inbound",
+                                                                   "payload": media["media"]["payload"]}}))
+    assert isinstance(echoed, CallAudio) and np.abs(echoed.pcm.astype(int) - pcm).max() < 200
+    assert twilio.parse(twilio.mark("3:4800")) == CallMark("3:4800")
+    assert json.loads(twilio.clear()) == {"event": "clear", "streamSid": SID}
+    assert twilio.parse(json.dumps({"event": "stop"})) == CallStopped()
+
+
+@pytest.mark.parametrize("message, fatal", [
+    ("not json", False),
+    (json.dumps({"event": "media", "media": {"payload": "%%%"}}), False),
+    (json.dumps({"event": "start", "start": {"streamSid": SID, "mediaFormat": {
+        "encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}}), True),
+    (json.dumps({"event": "start", "start": {}}), True),
+])
+def test_serializer_refuses_what_it_cannot_play(message: str, fatal: bool) -> None:
+    with pytest.raises(PhoneProtocolError) as err:
+        TwilioSerializer().parse(message)
+    assert err.value.fatal is fatal
+
+
+async def test_wrong_media_format_ends_only_that_call(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline)
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(url(server, "/phone/twilio", "ws")) as ws:
+            await ws.send_str("garbage")  # skipped, the call goes on
+            await ws.send_json({"event": "start", "start": {"streamSid": SID, "mediaFormat": {
+                "encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}})
+            await ws.receive()
+            assert ws.close_code == aiohttp.WSCloseCode.UNSUPPORTED_DATA
+        async with http.get(url(server, "/healthz")) as health:
+            assert (await health.json())["status"] == "ok"
+    async with asyncio.timeout(10):
+        while len(registry(server)):
+            await asyncio.sleep(0.05)

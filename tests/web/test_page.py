@@ -1,0 +1,60 @@
+"""The browser page in headless Chromium: a fake microphone asks a question over WebRTC, the page shows
+the transcript and the reply, and the audio that reached the browser is speech (checked by Whisper)."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import av
+import numpy as np
+import pytest
+from browser import chromium_page, have_chromium
+from live_server import registry, trained_model, url
+
+pytestmark = pytest.mark.skipif(not have_chromium(), reason="needs Debian's chromium at /usr/bin/chromium")
+
+PAGE_TIMEOUT_MS = 45000
+
+
+def decode_recording(recording: dict) -> np.ndarray:
+    """MediaRecorder's webm/ogg Opus to 16 kHz mono int16."""
+    container = av.open(io.BytesIO(base64.b64decode(recording["base64"])))
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=16000)
+    pcm = [f.to_ndarray().reshape(-1) for frame in container.decode(audio=0) for f in resampler.resample(frame)]
+    return np.concatenate(pcm).astype(np.int16)
+
+
+async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, new_pipeline, resources,
+                                                                       question_wav) -> None:
+    server = await serve(new_pipeline)
+    async with chromium_page(question_wav) as page:
+        await page.goto(url(server, "/?raw=1&record=1&autoconnect=1"))
+        await page.wait_for_function("voice.events.includes('response.done')", timeout=PAGE_TIMEOUT_MS)
+        # Let the reply play out: a little after the last audible assistant audio.
+        await page.wait_for_function("voice.lastLoudAt !== null && performance.now() - voice.lastLoudAt > 700",
+                                     timeout=PAGE_TIMEOUT_MS)
+        state = await page.evaluate(
+            "({errors: voice.errors, traces: voice.traces, onsets: voice.audioOnsets.length,"
+            " user: voice.turns.filter(t => t.role === 'user').map(t => t.text),"
+            " assistant: voice.turns.filter(t => t.role === 'assistant').map(t => t.text),"
+            " shown: document.getElementById('turns').innerText,"
+            " rows: document.querySelectorAll('#latency tbody tr').length})")
+        recording = await page.evaluate("voice.stopRecording()")
+        await page.evaluate("voice.hangUp()")
+
+    assert state["errors"] == []
+    user = " ".join(state["user"]).lower()
+    assert "capital" in user and "france" in user
+    assert state["assistant"] and state["assistant"][0].strip()
+    assert state["assistant"][0].strip()[:20] in state["shown"]
+    assert state["rows"] >= 1 and state["traces"][0]["voice_to_voice_ms"] is not None
+    assert state["onsets"] >= 1
+
+    audio = decode_recording(recording)
+    assert np.abs(audio).max() > 1000
+    heard = resources.asr.transcribe(audio)
+    assert heard.text.strip(), f"Whisper found no speech in the audio the browser received ({heard.rejected})"
+    if trained_model():
+        assert "paris" in heard.text.lower()
+    assert len(registry(server)) <= 1  # hang-up frees the call (asynchronously)
