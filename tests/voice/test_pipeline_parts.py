@@ -1,0 +1,99 @@
+"""The pipeline's pure parts: tool-call splitting, the spoken log behind barge-in history, configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice.config import ConfigError, load_config
+from voice.lm_stage import ToolCallSplitter, parse_tool_call
+from voice.tts_stage import SpokenLog
+
+
+def split(pieces: list[str]) -> tuple[str, list[str]]:
+    splitter, spoken, calls = ToolCallSplitter(), [], []
+    for piece in pieces:
+        text, call = splitter.push(piece)
+        spoken.append(text)
+        if call is not None:
+            calls.append(call)
+    spoken.append(splitter.flush())
+    return "".join(spoken), calls
+
+
+def test_tool_call_is_never_spoken_even_when_its_tag_arrives_in_pieces() -> None:
+    spoken, calls = split(["Let me check. <to", "ol_call>{\"name\": \"calculator\", ", "\"arguments\": {}}</tool", "_call>"])
+    assert spoken == "Let me check. "
+    assert calls == ['{"name": "calculator", "arguments": {}}']
+
+
+def test_text_that_only_looks_like_a_tag_start_is_released() -> None:
+    assert split(["one <", "two"]) == ("one <two", [])
+    assert split(["ends with <to"]) == ("ends with <to", [])
+
+
+def test_a_call_whose_tags_were_dropped_is_recognised_by_its_leading_brace() -> None:
+    spoken, calls = split(['  {"name": "get_time", "argu', 'ments": {"timezone": "a}b\\"c"}}'])
+    assert spoken == ""
+    assert calls == ['{"name": "get_time", "arguments": {"timezone": "a}b\\"c"}}']
+    assert parse_tool_call(calls[0]) == ("get_time", {"timezone": 'a}b"c'})
+
+
+def test_an_unfinished_call_is_dropped_at_the_end() -> None:
+    assert split(['Sure. <tool_call>{"name": "calc']) == ("Sure. ", [])
+    assert split(['{"name": "calc']) == ("", [])
+
+
+@pytest.mark.parametrize("body", ["not json", '{"arguments": {}}', '{"name": "x", "arguments": [1]}'])
+def test_malformed_tool_calls_raise_with_a_reason(body: str) -> None:
+    with pytest.raises(ValueError, match="tool call"):
+        parse_tool_call(body)
+
+
+def test_spoken_log_maps_played_samples_back_to_words() -> None:
+    log = SpokenLog()
+    log.add("The answer is forty-eight.", 1000)
+    log.add("Anything else I can do?", 1000)
+    assert log.heard(0) == ""
+    assert log.heard(1000) == "The answer is forty-eight."
+    assert log.heard(1500) == "The answer is forty-eight. Anything else"
+    assert log.heard(5000) == "The answer is forty-eight. Anything else I can do?"
+
+
+def test_rewind_returns_the_clauses_to_speak_again_and_keeps_counting_after_the_played_samples() -> None:
+    log = SpokenLog()
+    for clause in ("one two.", "three four.", "five six."):
+        log.add(clause, 100)
+    assert log.rewind(150) == ["three four.", "five six."]
+    assert log.total == 150
+    log.add("three four.", 100)
+    assert log.heard(250) == "one two. three four."
+
+
+def test_profiles_override_the_defaults() -> None:
+    phone = load_config("phone")
+    assert phone.name == "phone" and phone.output_rate == 8000
+    assert phone.vad.aggressiveness == 3
+    assert phone.asr == load_config("default").asr
+    assert load_config("gpu").lm.device == "cuda"
+    assert load_config("cpu-demo").lm.checkpoint == "dlm/assets/demo"
+
+
+def test_config_errors_name_the_problem(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="no config named 'nope'.*default"):
+        load_config("nope")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[vad]\nhangover = 300\n")
+    with pytest.raises(ConfigError, match=r"vad: unknown setting\(s\) hangover"):
+        load_config(str(bad))
+    bad.write_text('[turn]\nbarge_in = "always"\n')
+    with pytest.raises(ConfigError, match="barge_in.*'always' is not one of"):
+        load_config(str(bad))
+    bad.write_text("[vad]\nhangover_ms = \"long\"\n")
+    with pytest.raises(ConfigError, match="expected int"):
+        load_config(str(bad))
+    bad.write_text("[vad]\naggressiveness = 7\n")
+    with pytest.raises(ConfigError, match="aggressiveness must be 0..3"):
+        load_config(str(bad))
+    bad.write_text("[vad\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(str(bad))
