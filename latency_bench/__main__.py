@@ -1,0 +1,32 @@
+"""``python -m latency_bench <benchmark> ...``: one subcommand per benchmark module.
+
+Each module named in :data:`BENCHMARKS` provides ``add_arguments(parser)`` and ``run(args) -> int``;
+adding a benchmark is one line here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+BENCHMARKS = {
+    "dlm": ("latency_bench.dlm_bench", "first-block latency: engine vs autoregressive vs vanilla diffusion"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m latency_bench")
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+    chosen = argv[0] if argv and argv[0] in BENCHMARKS else None
+    for name, (module, help_text) in BENCHMARKS.items():
+        p = sub.add_parser(name, help=help_text)
+        if name == chosen:  # import only the benchmark that runs (they pull in heavy dependencies)
+            importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    return int(importlib.import_module(BENCHMARKS[args.benchmark][0]).run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
