@@ -1,4 +1,4 @@
-"""`python -m dlm.train --config configs/demo.toml [--resume] [--steps N] [--out DIR]`."""
+"""`python -m dlm.train --config configs/demo.toml [--resume] [--steps N] [--out DIR] [--stop-after N]`."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the state file in state_dir")
     parser.add_argument("--steps", type=int, help="override [train] steps")
     parser.add_argument("--out", help="override [train] out_dir")
+    parser.add_argument("--stop-after", type=int, help="end this session at that step (continue with --resume)")
     args = parser.parse_args(argv)
     run = load_run_config(args.config)
     if args.steps is not None:
         run.train.steps = args.steps
     if args.out is not None:
         run.train.out_dir = args.out
-    result = train(run, resume=args.resume)
+    result = train(run, resume=args.resume, stop_after=args.stop_after)
     print(f"trained {result.steps} steps in {result.seconds / 60:.1f} min, final loss {result.final_loss:.3f}; "
           f"checkpoint in {result.out_dir}")
 

@@ -107,7 +107,9 @@ def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path) -> None:
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
 
 
-def train(run: RunConfig, resume: bool = False, progress: bool = True) -> TrainResult:
+def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_after: int | None = None) -> TrainResult:
+    """Run (or, with `resume`, continue) training; `stop_after` ends this session early at that step, saving
+    the state so a later `resume` carries on as if never interrupted."""
     opt_cfg = run.train
     torch.set_num_threads(opt_cfg.threads)
     state_dir, out_dir = Path(opt_cfg.state_dir), Path(opt_cfg.out_dir)
@@ -131,7 +133,8 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> TrainR
     started, tokens_seen = time.monotonic(), 0
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
-    while step < opt_cfg.steps:
+    last = min(opt_cfg.steps, stop_after or opt_cfg.steps)
+    while step < last:
         epoch, index = divmod(step, per_epoch)
         if schedule[0] != epoch:
             schedule = (epoch, batch_schedule(encoded, opt_cfg.batch_size, opt_cfg.seed, epoch))
@@ -160,7 +163,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> TrainR
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
                         block=block_size)
         out_of_time = elapsed > opt_cfg.max_minutes * 60
-        if step % opt_cfg.checkpoint_every == 0 or step == opt_cfg.steps or out_of_time:
+        if step % opt_cfg.checkpoint_every == 0 or step == last or out_of_time:
             state_dir.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                         "losses": losses, "config": run.as_dict()}, state_path)
