@@ -8,9 +8,11 @@ from kernels.block_attention import block_attention, block_causal_attention
 from kernels.confidence import confidence_and_token, select_confident
 from kernels.cuda_graphs import GraphedCallable, capture
 from kernels.dispatch import kernel_path, triton_available
+from kernels.rotary import apply_rotary
 
 __all__ = [
     "GraphedCallable",
+    "apply_rotary",
     "block_attention",
     "block_causal_attention",
     "capture",

@@ -119,9 +119,9 @@ def select_confident(
     ``logits`` ``[N, V]`` (or ``[B, N, V]`` for B blocks), ``masked`` bool ``[N]`` (True = still a
     mask token), ``ids`` int64 ``[N]``. Every masked position gets a token (argmax at temperature
     0, a Gumbel-max sample of ``logits/temperature`` otherwise, reproducible for a given
-    ``generator_seed``, an int or a 1-element int64 device tensor) and a confidence (its probability under ``softmax(logits)``); those with
-    confidence ``>= threshold`` are committed, and if none is, the single most confident masked
-    one is. Returns ``(ids, masked, committed_count)`` where the count is an int64 tensor (0-d, or
+    ``generator_seed``: an int, or a 1-element int64 device tensor under CUDA graphs) and a
+    confidence (its probability under ``softmax(logits)``); those with confidence
+    ``>= threshold`` are committed, and if none is, the single most confident masked one is. Returns ``(ids, masked, committed_count)`` where the count is an int64 tensor (0-d, or
     ``[B]``) left on the device so the step never forces a host sync. ``path`` is a
     ``kernels.dispatch`` setting ("auto", "triton", "torch").
     """

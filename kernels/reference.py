@@ -176,3 +176,11 @@ def block_causal_attention_ref(
     mask = block_causal_mask(q.shape[1], k.shape[1], block_size, q_offset, q.device)
     out = _sdpa(q, k, v, mask, scale)
     return out if batched else out[0]
+
+
+def rotary_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE: ``x`` ``[B, T, H, D]``, ``cos``/``sin`` ``[B, T, D/2]`` (un-duplicated angles)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    c, s = cos.float()[:, :, None, :], sin.float()[:, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)

@@ -220,3 +220,23 @@ def check_block_causal(
     if got.data_ptr() != out.data_ptr():
         raise AssertionError("block_causal_attention did not write into the given out buffer")
     _assert_close(got, want, ATTENTION_TOL[dtype], f"block_causal_attention {dtype} block {block_size}")
+
+
+def check_rotary(
+    n_tokens: int, heads: int, head_dim: int, dtype: torch.dtype, device: str = "cpu", *, batch: int = 1,
+    seed: int = 0, in_place: bool = False,
+) -> None:  # fmt: skip
+    """Triton rotary against the fp32 reference; the output buffer is poisoned (or is ``x``)."""
+    from kernels.rotary import apply_rotary
+
+    _triton(device)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, n_tokens, heads, head_dim, generator=gen).to(dtype=dtype, device=device)
+    angles = torch.rand(n_tokens, head_dim // 2, generator=gen).to(device) * 100.0
+    cos, sin = angles.cos(), angles.sin()
+    want = _fp32_oracle(apply_rotary, x, cos, sin, path="torch")
+    out = x if in_place else torch.full_like(x, float("nan"))
+    got = apply_rotary(x, cos, sin, out=out, path="triton")
+    if got.data_ptr() != out.data_ptr():
+        raise AssertionError("apply_rotary did not write into the given out buffer")
+    _assert_close(got, want, ATTENTION_TOL[dtype], f"rotary {dtype}")

@@ -129,6 +129,8 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("prefill fp16 block 4 offset", lambda d: sc.check_block_causal(
             prompt // 4 + 5, prompt + 5, *heads, head_dim, 4, f16, d)),
         ("prefill fp32 causal", lambda d: sc.check_block_causal(67, 67, 4, 2, 64, 1, f32, d)),
+        ("rotary bf16 prompt", lambda d: sc.check_rotary(prompt, heads[0], head_dim, bf16, d)),
+        ("rotary fp16 in place b8", lambda d: sc.check_rotary(16, heads[1], head_dim, f16, d, batch=8, in_place=True)),
     ]  # fmt: skip
 
 
@@ -155,7 +157,7 @@ def _select_with_reset(logits, masked, all_masked, ids, path: str) -> None:
 
 
 def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
-    from kernels import block_attention, block_causal_attention, confidence_and_token
+    from kernels import apply_rotary, block_attention, block_causal_attention, confidence_and_token
     from latency_bench.kernels_timing import time_ms
 
     dev, wu, reps = plan.device, plan.warmup, plan.reps
@@ -202,6 +204,14 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
                         partial(block_attention, q, kc, vc, len_t, path=path), kv_bytes)  # fmt: skip
             measure("block_attention (int len, SDPA no mask)", label, "torch",
                     partial(block_attention, q, kc, vc, cap, path="torch"), kv_bytes)  # fmt: skip
+
+    for tokens in (BLOCK, max(plan.prompts)):
+        x = torch.randn(1, tokens, s.heads, s.head_dim, device=dev, dtype=torch.bfloat16)
+        angles = torch.rand(tokens, s.head_dim // 2, device=dev)
+        for path in plan.paths:
+            measure("apply_rotary (in place)", f"{tokens} tokens x {s.heads}x{s.head_dim}", path,
+                    partial(apply_rotary, x, angles.cos(), angles.sin(), out=x, path=path),
+                    2 * x.numel() * x.element_size())  # fmt: skip
 
     sdpa = partial(torch.nn.functional.scaled_dot_product_attention, is_causal=True, enable_gqa=True)
     for length in plan.prompts:

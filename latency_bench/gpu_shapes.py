@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels import block_attention, block_causal_attention, select_confident
+from kernels import apply_rotary, block_attention, block_causal_attention, select_confident
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,6 @@ SHAPES = {
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), weight, eps)  # one fused kernel on CUDA
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE; ``cos``/``sin`` are ``[T, D]`` for the tokens' absolute positions."""
-    half = x.shape[-1] // 2
-    xf = x.float()
-    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
-    return (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
 
 
 class RandomQwen3:
@@ -88,8 +80,7 @@ class RandomQwen3:
         self.v_cache = torch.zeros(cache, device=device, dtype=dtype)
         inv_freq = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2, device=device).float() / s.head_dim)
         angles = torch.arange(capacity, device=device).float()[:, None] * inv_freq[None, :]
-        angles = torch.cat([angles, angles], dim=-1)
-        self.cos, self.sin = angles.cos(), angles.sin()
+        self.cos, self.sin = angles.cos(), angles.sin()  # [capacity, D/2]
 
     def weight_bytes(self) -> int:
         """Bytes a block pass must read: every layer weight plus the (tied) LM head once."""
@@ -104,7 +95,9 @@ class RandomQwen3:
         )
         q = _rms(q.reshape(B, T, s.heads, s.head_dim), p["q_norm"])
         k = _rms(k.reshape(B, T, s.kv_heads, s.head_dim), p["k_norm"])
-        return _rope(q, cos, sin), _rope(k, cos, sin), v.reshape(B, T, s.kv_heads, s.head_dim)
+        q = apply_rotary(q, cos, sin, out=q, path=self.path)
+        k = apply_rotary(k, cos, sin, out=k, path=self.path)
+        return q, k, v.reshape(B, T, s.kv_heads, s.head_dim)
 
     def _mlp_residual(self, p: dict[str, torch.Tensor], x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         x = x + attn.flatten(2) @ p["o"].T

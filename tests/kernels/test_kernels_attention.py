@@ -1,10 +1,10 @@
-"""Block attention and block-causal prefill: Triton (interpreter) against fp32 SDPA."""
+"""Block attention, block-causal prefill and rotary embeddings: Triton (interpreter) against fp32 references."""
 
 import pytest
 import torch
 
-from kernels import block_attention, block_causal_attention, reference
-from kernels.selfcheck import check_block_attention, check_block_causal
+from kernels import apply_rotary, block_attention, block_causal_attention, reference
+from kernels.selfcheck import check_block_attention, check_block_causal, check_rotary
 
 pytest.importorskip("triton")
 
@@ -86,3 +86,18 @@ def test_bad_inputs_are_rejected():
         block_attention(torch.randn(4, 4, 16), k, k, 11, path="triton")
     with pytest.raises(ValueError, match="block_size"):
         block_causal_attention(torch.randn(4, 4, 16), k, k, block_size=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n_tokens", "heads", "head_dim", "batch"), [(7, 3, 64, 1), (16, 8, 128, 2), (1, 1, 16, 3)])
+def test_rotary_matches_reference(dtype, n_tokens, heads, head_dim, batch):
+    check_rotary(n_tokens, heads, head_dim, dtype, batch=batch, seed=n_tokens)
+
+
+def test_rotary_in_place_and_semantics():
+    check_rotary(5, 2, 32, torch.float32, in_place=True)
+    # Angle pi/2 on the first frequency maps (x1, x2) -> (-x2, x1); angle 0 is the identity.
+    x = torch.tensor([[[1.0, 0.0, 2.0, 3.0]]])  # [T=1, H=1, D=4]
+    angles = torch.tensor([[torch.pi / 2, 0.0]])
+    got = apply_rotary(x, angles.cos(), angles.sin(), path="torch")
+    torch.testing.assert_close(got, torch.tensor([[[-2.0, 0.0, 1.0, 3.0]]]), atol=1e-6, rtol=0)
