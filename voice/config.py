@@ -50,6 +50,8 @@ class LmConfig:
     effort: str | None = None
     """The engine's one-word compute knob (low / medium / high); explicit knobs override it."""
     threshold: float | None = 0.9
+    passes_per_block: int | None = None
+    """A fixed number of passes per block instead of the threshold (block_size 1 with 1 pass = autoregressive)."""
     temperature: float = 0.0
     tools: bool = True
     """Let the model call the tools of ``dlm.tools`` (results go back to it before it answers)."""

@@ -141,8 +141,12 @@ class LmStage:
 
     def _stream_options(self) -> dict[str, Any]:
         cfg = self.config
-        options = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "threshold": cfg.threshold,
-                   "block_size": cfg.block_size, "first_block_size": cfg.first_block_size, "effort": cfg.effort}
+        options = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "block_size": cfg.block_size,
+                   "first_block_size": cfg.first_block_size, "effort": cfg.effort}
+        if cfg.passes_per_block is not None:
+            options["passes_per_block"] = cfg.passes_per_block
+        else:
+            options["threshold"] = cfg.threshold
         options = {k: v for k, v in options.items() if v is not None}
         return {**options, "tools": True} if cfg.tools else options
 

@@ -1,0 +1,147 @@
+"""``python -m latency_bench voice``: per-stage and voice-to-voice latency of spoken turns, three designs at once.
+
+Every question is synthesised with Piper and spoken through file mode at real-time pace (``--fast`` for a
+quick functional run whose figures leave out the hangover), once per variant, interleaved so that load
+from anything else on the machine hits all variants alike:
+
+- ``full``      the design: speculative final ASR in the hangover, prefill of confirmed words while the
+                caller speaks, clause-by-clause TTS;
+- ``baseline``  none of those: the final ASR pass starts when the hangover ends, the LM sees the prompt
+                only then, TTS waits for the whole reply;
+- ``ar``        the full design with the same model decoded autoregressively (blocks of one token, one
+                pass each).
+
+Figures are ms from the real end of speech, so the end-of-turn silence (the VAD hangover) is included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from voice.config import PipelineConfig, load_config
+from voice.file_mode import CALLER_RATE, FileModeOptions, run_files
+from voice.pipeline import VoicePipeline
+from voice.resources import Resources
+from voice.trace import STAGES, summarize
+
+QUESTIONS = [
+    "What is twelve times four?",
+    "What is the capital of France?",
+    "What time is it?",
+    "What is seven plus eight?",
+    "Convert ten miles to kilometers.",
+    "What is the capital of Japan?",
+    "Set a timer for five minutes.",
+    "What is nine times six?",
+]
+
+
+def variants(config: PipelineConfig) -> dict[str, PipelineConfig]:
+    return {
+        "full": config,
+        "baseline": config.replace(turn={"speculative_asr": False, "prefill_during_speech": False,
+                                         "stream_tts": False}),
+        "ar": config.replace(lm={"block_size": 1, "first_block_size": None, "passes_per_block": 1}),
+    }
+
+
+async def measure(config: PipelineConfig, turns: int, fast: bool) -> dict[str, list[dict[str, Any]]]:
+    """Traces per variant; each variant holds one conversation across all its turns."""
+    resources = await Resources.load(config)
+    clips = [resources.tts.synthesize(QUESTIONS[i % len(QUESTIONS)], CALLER_RATE) for i in range(turns)]
+    pipelines = {name: VoicePipeline(resources, cfg) for name, cfg in variants(config).items()}
+    traces: dict[str, list[dict[str, Any]]] = {name: [] for name in pipelines}
+    try:
+        for clip in clips:
+            for name, pipeline in pipelines.items():
+                result = await run_files(pipeline, [clip], FileModeOptions(fast=fast, lead_in_s=0.3, tail_s=0.2))
+                traces[name] += result.traces
+    finally:
+        for pipeline in pipelines.values():
+            await pipeline.close()
+        resources.close()
+    return traces
+
+
+def report(traces: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    summaries = {name: summarize(records) for name, records in traces.items()}
+    ratios = {}
+    full = summaries["full"].get("voice_to_voice_ms")
+    for name, summary in summaries.items():
+        other = summary.get("voice_to_voice_ms")
+        if name != "full" and full and other:
+            ratios[f"{name}/full"] = {q: round(other[q] / full[q], 2) for q in ("p50", "p95")}
+    return {"summaries": summaries, "voice_to_voice_ratio": ratios, "traces": traces}
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    fields = [*(f"{stage}_ms" for stage in STAGES), "voice_to_voice_ms"]
+    names = list(rep["summaries"])
+    lines = [f"{'field':<20}" + "".join(f"{n + ' p50':>14}{n + ' p95':>14}" for n in names)]
+    for field in fields:
+        row = f"{field:<20}"
+        for name in names:
+            s = rep["summaries"][name].get(field)
+            row += f"{s['p50']:>14.0f}{s['p95']:>14.0f}" if s else f"{'-':>14}{'-':>14}"
+        lines.append(row)
+    counts = ", ".join(f"{n}: {len(rep['traces'][n])} turns" for n in names)
+    lines.append(counts)
+    for key, ratio in rep["voice_to_voice_ratio"].items():
+        lines.append(f"voice-to-voice {key}: p50 x{ratio['p50']}, p95 x{ratio['p95']}")
+    return "\n".join(lines)
+
+
+def stacked_bars_svg(rep: dict[str, Any]) -> str:
+    """Where the time goes: one bar per variant, the p50 of each stage stacked (an SVG, no plotting library)."""
+    colors = {"asr": "#4e79a7", "lm": "#f28e2b", "tts": "#59a14f", "output": "#b07aa1"}
+    names = list(rep["summaries"])
+    totals = [sum(rep["summaries"][n].get(f"{s}_ms", {}).get("p50", 0) for s in STAGES) for n in names]
+    scale = 500 / max(max(totals), 1)
+    height = 60 + 40 * len(names)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="720" height="{height}" font-family="sans-serif" '
+             'font-size="12">']
+    for row, name in enumerate(names):
+        y, x = 30 + 40 * row, 110
+        parts.append(f'<text x="10" y="{y + 17}">{name}</text>')
+        for stage in STAGES:
+            width = rep["summaries"][name].get(f"{stage}_ms", {}).get("p50", 0) * scale
+            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="24" fill="{colors[stage]}">'
+                         f'<title>{stage}</title></rect>')
+            x += width
+        parts.append(f'<text x="{x + 6:.1f}" y="{y + 17}">{totals[row]:.0f} ms</text>')
+    legend_y = 40 + 40 * len(names)
+    for i, (stage, color) in enumerate(colors.items()):
+        parts.append(f'<rect x="{110 + 110 * i}" y="{legend_y}" width="12" height="12" fill="{color}"/>'
+                     f'<text x="{126 + 110 * i}" y="{legend_y + 11}">{stage} p50</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--turns", type=int, default=6, help="spoken questions per variant (default 6)")
+    p.add_argument("--config", default="cpu-demo", help="configs/NAME.toml (default cpu-demo)")
+    p.add_argument("--fast", action="store_true", help="do not wait for the clock (functional check only)")
+    p.add_argument("--json", type=Path, help="write the summaries, ratios and every trace here")
+    p.add_argument("--plot", type=Path, help="write a stacked-bar SVG of the p50 stage times here")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.turns < 1:
+        raise SystemExit("--turns must be >= 1")
+    config = load_config(args.config)
+    torch.set_num_threads(config.lm.threads)
+    rep = report(asyncio.run(measure(config, args.turns, args.fast)))
+    rep["config"] = config.name
+    rep["pace"] = "fast" if args.fast else "real-time"
+    print(format_report(rep))
+    if args.json:
+        args.json.write_text(json.dumps(rep, indent=2) + "\n")
+    if args.plot:
+        args.plot.write_text(stacked_bars_svg(rep))
+    return 0
