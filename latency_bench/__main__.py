@@ -12,6 +12,7 @@ import sys
 
 BENCHMARKS = {
     "dlm": ("latency_bench.dlm_bench", "first-block latency: engine vs autoregressive vs vanilla diffusion"),
+    "voice": ("latency_bench.voice_bench", "per-stage and voice-to-voice latency: full design vs baselines"),
 }
 
 
