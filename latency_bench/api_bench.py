@@ -1,8 +1,11 @@
 """`python -m latency_bench api`: the OpenAI API under concurrent streaming clients, diffusion vs autoregressive.
 
-One run starts the server in-process on 127.0.0.1 and mounts the same engine twice: as `<name>` with its
-normal block-diffusion decoding, and as `<name>-ar` with 1-token blocks decoded in one pass each, i.e. the
-same model decoded autoregressively (one forward pass per token) — the baseline. At each concurrency level
+One run starts the server in-process on 127.0.0.1 and mounts the same engine twice: as `dlm` with its
+normal block-diffusion decoding (confidence-threshold parallel commits), and as `dlm-ar` with
+`passes_per_block = block_size`, i.e. exactly one token committed per forward pass — the autoregressive
+cost on the same weights, the baseline. (1-token blocks would be left-to-right too, but the engine then pays
+a second pass per token to store each token's KV, which a real AR model does not; one token per pass inside
+normal blocks pays that commit pass once per block.) At each concurrency level
 every client sends the same list of chat requests one after another with `stream=True` through the official
 `openai` async client, and the bench reports time to first content chunk and per-request decode speed
 (completion tokens / request time: its median and its slow tail, the 5th percentile that 95% of requests
@@ -30,7 +33,6 @@ PROMPTS = [
     "What is two plus three?",
     "Name a primary colour.",
 ]
-AR_DECODING = {"block_size": 1, "passes_per_block": 1}  # one token per block, one pass per token
 
 
 @dataclass
@@ -111,15 +113,16 @@ def _default_model() -> Path:
     return demo if (demo / "config.json").exists() else root.parent / "shared" / "fixtures" / "sdar" / "checkpoint"
 
 
-def main(argv: list[str] | None = None) -> list[LevelResult]:
-    p = argparse.ArgumentParser(prog="python -m latency_bench api", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=_default_model(), help="checkpoint dir (default: the demo)")
     p.add_argument("--clients", default="1,4,16", help="comma-separated concurrency levels")
     p.add_argument("--rounds", type=int, default=3, help="requests per client at each level")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--json", type=Path, help="write the results here")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     levels = [int(c) for c in args.clients.split(",")]
 
     import torch
@@ -133,7 +136,8 @@ def main(argv: list[str] | None = None) -> list[LevelResult]:
     torch.set_num_threads(1)
     engine = Engine.from_dir(args.model, args.dtype)
     limits = ApiLimits(max_concurrent=max(levels))
-    modes = {"diffusion": ("dlm", {}), "autoregressive": ("dlm-ar", AR_DECODING)}
+    one_per_pass = {"passes_per_block": engine.model.cfg.block_size}
+    modes = {"diffusion": ("dlm", {}), "autoregressive": ("dlm-ar", one_per_pass)}
     servers = {}
     for mode, (name, decoding) in modes.items():
         app = web.Application()
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> list[LevelResult]:
         args.json.write_text(json.dumps({"model": str(args.model), "max_tokens": args.max_tokens,
                                          "rounds": args.rounds, "results": [asdict(r) for r in results]},
                                         indent=2) + "\n")
-    return results
+    return 0
 
 
 def _print_row(r: LevelResult) -> None:
@@ -166,4 +170,6 @@ def _print_row(r: LevelResult) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(prog="python -m latency_bench api", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    raise SystemExit(run(parser.parse_args()))
