@@ -22,22 +22,19 @@ from typing import Any
 import torch
 
 from dlm.api.constrained_generation import constrained_decode
-from dlm.checkpoint import load_checkpoint
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check, vocab_strings
-from dlm.decoding.block_causal import CachedForward, decode
+from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
 from dlm.decoding.schedule import align_up
-from dlm.effort import EFFORTS, Knobs, resolve
+from dlm.effort import EFFORTS
+from dlm.engine import Engine
 from dlm.kv_cache import KVCache
-from dlm.model import Transformer
-from dlm.tokenizer import Tokenizer
 from dlm.tools import tool_call_schema
 from dlm.train.data import Example, generate
 from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
 
 DEFAULT_MODEL = Path(__file__).parent / "assets" / "demo"
 DEFAULT_EFFORT = "medium"
-TRAINED_BLOCK_SIZES = (4, 8, 16)
 MAX_NEW_TOKENS = 64
 
 
@@ -48,15 +45,15 @@ class Generation:
 
 
 class Assistant:
-    """A checkpoint plus the two ways the product decodes a turn: free block diffusion and a JSON-schema
-    constrained tool call. Uses the engine's block-causal decoder and the API's constrained loop."""
+    """A checkpoint plus the two ways the product decodes a turn: the engine's free block diffusion and the
+    API's JSON-schema constrained tool call."""
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer):
-        self.model, self.tokenizer = model, tokenizer
-        self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
-        self.call_open = tokenizer.special_tokens[TOOL_CALL]
-        self.call_close = tokenizer.special_tokens[TOOL_CALL_END]
-        self.vocab = vocab_strings(tokenizer.backend)
+    def __init__(self, engine: Engine, block_size: int | None = None):
+        self.engine, self.model, self.tokenizer = engine, engine.model, engine.tokenizer
+        self.block_size = block_size
+        self.call_open = self.tokenizer.special_tokens[TOOL_CALL]
+        self.call_close = self.tokenizer.special_tokens[TOOL_CALL_END]
+        self.vocab = vocab_strings(self.tokenizer.backend)
         self.call_schema = tool_call_schema()
 
     def prompt(self, example: Example, upto: int) -> list[int]:
@@ -72,16 +69,10 @@ class Assistant:
         forward.extend(prompt[: len(prompt) // block_size * block_size], block_size)
         return forward
 
-    @torch.no_grad()
     def generate(self, prompt: list[int], effort: str) -> Generation:
-        cfg = self.model.cfg
-        policy = resolve(cfg, Knobs(effort=effort, max_new_tokens=MAX_NEW_TOKENS), self.stop_ids,
-                         TRAINED_BLOCK_SIZES)
-        ids, passes = [], 0
-        for commit in decode(cfg, self._prefilled(prompt, policy.block_size), list(prompt), policy):
-            ids += commit.token_ids
-            passes = commit.forward_passes
-        return Generation(ids, passes)
+        result = self.engine.generate(prompt, effort=effort, max_new_tokens=MAX_NEW_TOKENS,
+                                      block_size=self.block_size)
+        return Generation(result.token_ids, result.forward_passes)
 
     @torch.no_grad()
     def constrained_call(self, prompt: list[int]) -> Generation:
@@ -207,13 +198,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=200, help="held-out dialogues to evaluate")
     parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--block-size", type=int, help="decode with this block size instead of the config's")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_checkpoint(args.model, dtype="float32")
     started = time.monotonic()
-    report = evaluate(Assistant(model, tokenizer), generate("heldout", args.limit, args.seed))
+    assistant = Assistant(Engine.from_dir(args.model), args.block_size)
+    report = evaluate(assistant, generate("heldout", args.limit, args.seed))
     report["seconds"] = round(time.monotonic() - started, 1)
     report["model"] = args.model
+    report["block_size"] = args.block_size or assistant.model.cfg.block_size
     print(format_table(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")

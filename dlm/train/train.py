@@ -98,12 +98,19 @@ def learning_rate(run: RunConfig, step: int) -> float:
     return opt.lr * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
-def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path) -> None:
+def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path, trained_block_sizes: list[int]) -> None:
     """A checkpoint directory the engine loads like any other SDAR checkpoint."""
     save_checkpoint(model, out_dir, "bfloat16")
     save_tokenizer(tokenizer, out_dir)
-    generation = {"eos_token_id": list(model.cfg.eos_token_ids), "pad_token_id": tokenizer.token_to_id(PAD),
-                  "mask_token_id": model.cfg.mask_token_id, "block_size": model.cfg.block_size}
+    write_generation_config(model.cfg, tokenizer, out_dir, trained_block_sizes)
+
+
+def write_generation_config(cfg: ModelConfig, tokenizer: Tokenizer, out_dir: Path,
+                            trained_block_sizes: list[int]) -> None:
+    """Stop ids, and the block sizes training used (the engine only picks a small first block it knows)."""
+    generation = {"eos_token_id": list(cfg.eos_token_ids), "pad_token_id": tokenizer.token_to_id(PAD),
+                  "mask_token_id": cfg.mask_token_id, "block_size": cfg.block_size,
+                  "trained_block_sizes": sorted(trained_block_sizes)}
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
 
 
@@ -172,5 +179,5 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
             break
     bar.close()
     model.eval()
-    export(model, tokenizer, out_dir)
+    export(model, tokenizer, out_dir, opt_cfg.block_sizes)
     return TrainResult(step, losses[-1] if losses else float("nan"), losses, time.monotonic() - started, out_dir)
