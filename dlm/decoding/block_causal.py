@@ -230,7 +230,7 @@ def decode(
             if shift and bool(masked[0]):
                 if last_logits is None:
                     raise ValueError("a token-shift model needs the last committed logits to start a window")
-                token, _ = pick_tokens(_no_mask(last_logits[None], mask_id), policy.sampling, generator)
+                token, _ = pick_tokens(_no_mask(last_logits[None].clone(), mask_id), policy.sampling, generator)
                 window[0], masked[0] = token[0], False
             else:
                 first = int(masked.nonzero()[0])
