@@ -73,6 +73,10 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits) -> ChatRequest:
         include_usage = _bool(options, "include_usage", False, "stream_options.include_usage")
     tools = _tools(body.get("tools"))
     tool_choice, forced = _tool_choice(body.get("tool_choice"), tools)
+    json_schema = _response_format(body.get("response_format"))
+    if json_schema is not None and tool_choice in ("required", "function"):
+        raise bad_request("a forced tool call and a JSON response_format cannot both shape the answer",
+                          "tool_choice")
     if tool_choice in ("required", "function"):  # forced calls are decoded under their parameter schemas
         for i, spec in enumerate(tools):
             if forced in (None, spec.name):
@@ -92,7 +96,7 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits) -> ChatRequest:
         tools=tools,
         tool_choice=tool_choice,
         forced_tool=forced,
-        json_schema=_response_format(body.get("response_format")),
+        json_schema=json_schema,
     )
 
 

@@ -85,6 +85,8 @@ def test_unknown_model(client):
         ({"tool_choice": "required"}, "needs 'tools'"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}],
           "tool_choice": {"type": "function", "function": {"name": "g"}}}, "not in 'tools'"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+          "response_format": {"type": "json_object"}}, "cannot both"),
         ({"logprobs": True}, "logprobs"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
