@@ -44,6 +44,26 @@ class Generation:
     passes: int
 
 
+class CountingForward:
+    """A block forward that counts its passes (denoising and commit), as the engine counts them."""
+
+    def __init__(self, inner: CachedForward):
+        self.inner, self.passes = inner, 0
+        self.device = inner.device
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        self.passes += 1
+        return self.inner.denoise(window, rows)
+
+    def commit(self, window: torch.Tensor) -> torch.Tensor:
+        self.passes += 1
+        return self.inner.commit(window)
+
+
 class Assistant:
     """A checkpoint plus the two ways the product decodes a turn: the engine's free block diffusion and the
     API's JSON-schema constrained tool call."""
@@ -80,13 +100,10 @@ class Assistant:
         cfg = self.model.cfg
         constraint = JsonSchemaConstraint(self.call_schema, self.vocab, [self.call_close])
         tokens = [*prompt, self.call_open]
-        ids: list[int] = []
-        passes = 0
-        for committed in constrained_decode(cfg, self._prefilled(tokens, cfg.block_size), tokens, constraint,
-                                            MAX_NEW_TOKENS, GREEDY, threshold=0.9):
-            ids += committed
-            passes += 1
-        return Generation([self.call_open, *ids, self.call_close], passes)
+        forward = CountingForward(self._prefilled(tokens, cfg.block_size))
+        ids = [token for committed in constrained_decode(cfg, forward, tokens, constraint, MAX_NEW_TOKENS, GREEDY,
+                                                         threshold=0.9) for token in committed]
+        return Generation([self.call_open, *ids, self.call_close], forward.passes)
 
     def text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special=True)
@@ -133,6 +150,7 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
     tokens = dict.fromkeys(efforts, 0)
     passes = dict.fromkeys(efforts, 0)
     compiled = CompiledSchema(assistant.call_schema)
+    constrained_tokens = constrained_passes = 0
     for example in examples:
         ask = example.last_user_index() + 1
         prompt = assistant.prompt(example, ask)
@@ -156,6 +174,8 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
             tally.add(f"answer_correct/{effort}/{example.intent}", correct)
         if example.call:
             forced = assistant.constrained_call(prompt)
+            constrained_tokens += len(forced.ids) - 1  # the forced <tool_call> was not decoded
+            constrained_passes += forced.passes
             _, parsed = assistant.parse_call(forced.ids)
             tally.add("valid_json_constrained", parsed is not None and not check(parsed, compiled))
             tally.add("tool_call_exact_constrained", same_call(parsed, example.call))
@@ -168,6 +188,7 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
         "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{DEFAULT_EFFORT}"),
         "tool_call_exact_constrained": tally.rate("tool_call_exact_constrained"),
         "tokens_per_forward": {e: tokens[e] / max(passes[e], 1) for e in efforts},
+        "tokens_per_forward_constrained": constrained_tokens / max(constrained_passes, 1),
         "by_effort": {e: {"tool_call_exact": tally.rate(f"tool_call_exact/{e}"),
                           "answer_correct": tally.rate(f"answer_correct/{e}"),
                           "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}")}
@@ -184,7 +205,8 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"{metric:<28}" + "".join(f"{report['by_effort'][e][metric]:>10.1%}" for e in efforts))
     lines.append(f"{'tokens_per_forward':<28}" + "".join(f"{report['tokens_per_forward'][e]:>10.2f}" for e in efforts))
     lines += ["", f"{'valid_json_constrained':<28}{report['valid_json_constrained']:>10.1%}",
-              f"{'tool_call_exact_constrained':<28}{report['tool_call_exact_constrained']:>10.1%}", "",
+              f"{'tool_call_exact_constrained':<28}{report['tool_call_exact_constrained']:>10.1%}",
+              f"{'tokens_per_forward_constr.':<28}{report['tokens_per_forward_constrained']:>10.2f}", "",
               f"answer correct by intent ({DEFAULT_EFFORT}):"]
     lines += [f"  {k:<26}{v:>10.1%}" for k, v in report["answer_correct_by_intent"].items()]
     return "\n".join(lines)

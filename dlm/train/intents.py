@@ -3,8 +3,10 @@ expected tool call and the fact its reply must contain. Templates are lists so t
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from dlm.tools import int_to_words
@@ -107,8 +109,6 @@ def arithmetic_follow_up(ctx: Context) -> tuple[Call, Facts]:
 
 
 def _last_result(ctx: Context) -> Any:
-    import json
-
     tool_messages = [m for m in ctx.messages if m["role"] == "tool"]
     return json.loads(tool_messages[-1]["content"]).get("result")
 
@@ -127,7 +127,7 @@ DAY_ASKS = ["what day is it", "what day of the week is it", "which day is today"
 
 def clock_time(ctx: Context) -> tuple[Call, Facts]:
     ctx.now = ctx.now.replace(hour=0, minute=0) + ctx.value(
-        lambda r: __import__("datetime").timedelta(minutes=r.randrange(24 * 60)), key=str)
+        lambda r: timedelta(minutes=r.randrange(24 * 60)), key=str)
     ask(ctx, ctx.template(TIME_ASKS))
     result = ctx.call("get_time", {})
     ctx.say(ctx.choice(["it's {t}.", "right now it's {t}.", "the time is {t}.", "it's {t} right now."])
@@ -236,7 +236,7 @@ def timer_manage(ctx: Context) -> tuple[Call, Facts]:
     has_timer = ctx.rng.random() < 0.8
     if has_timer:
         _set_timer(ctx)
-        ctx.now = ctx.now + __import__("datetime").timedelta(seconds=ctx.rng.randint(1, 30))
+        ctx.now = ctx.now + timedelta(seconds=ctx.rng.randint(1, 30))
     if ctx.rng.random() < 0.5:
         ask(ctx, ctx.template(CANCEL_ASKS))
         name, result = "cancel_timer", ctx.call("cancel_timer", {})
