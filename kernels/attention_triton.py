@@ -15,7 +15,7 @@ import triton.language as tl
 
 from kernels.dispatch import sm_count
 
-NEG_BIG = -1.0e30  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
+NEG_BIG = tl.constexpr(-1.0e30)  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
 LOG2E = 1.4426950408889634
 
 

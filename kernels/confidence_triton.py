@@ -16,7 +16,7 @@ import triton.language as tl
 
 from kernels.dispatch import sm_count
 
-NEG_BIG = -1.0e30  # finite "minus infinity" for running maxima: exp(-inf - -inf) would be NaN
+NEG_BIG = tl.constexpr(-1.0e30)  # finite "minus infinity" for running maxima: exp(-inf - -inf) is NaN
 
 
 @triton.jit

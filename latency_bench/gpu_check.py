@@ -360,6 +360,24 @@ def evaluate_goals(report: Report) -> None:
         report.goals.append({"goal": goal, "value": value, "target": target, "met": met})
 
 
+def path_decisions(report: Report) -> list[dict[str, object]]:
+    """Per kernel family and shape, the faster path's time against the other's: the engine's choice."""
+    best: dict[tuple[str, str], dict[str, float]] = {}
+    rows = [(r["kernel"], r["shape"], r["path"], r["ms"]) for r in report.kernels]
+    rows += [("model pass", f"{r['shape']} L={r['prompt']}", r["path"], r["pass_ms"]) for r in report.models]
+    for kernel, shape, path, ms in rows:
+        family = str(kernel).split(" (")[0]
+        if family.startswith("SDPA is_causal"):
+            continue  # token-causal speed reference, not the same computation
+        slot = best.setdefault((family, str(shape)), {})
+        slot[str(path)] = min(float(ms), slot.get(str(path), float("inf")))
+    return [
+        {"kernel": family, "shape": shape, "triton_ms": t.get("triton"), "torch_ms": t.get("torch"),
+         "faster": min(t, key=t.get)}
+        for (family, shape), t in best.items()
+    ]  # fmt: skip
+
+
 def _table(rows: list[dict[str, object]]) -> str:
     if not rows:
         return "(none)\n"
@@ -374,6 +392,7 @@ def render_markdown(report: Report) -> str:
     parts = [
         "# GPU check\n", f"{env}\n", "## Goals (issue 7)\n", _table(report.goals),
         "## Correctness (Triton vs torch reference on the device)\n", _table(report.correctness),
+        "## Path decisions (faster of Triton and torch per kernel and shape)\n", _table(path_decisions(report)),
         "## Kernels vs torch reference and the floor\n",
         "`bw_frac`: bytes the kernel must read over time, as a fraction of the measured copy bandwidth.\n\n",
         _table(report.kernels),

@@ -1,0 +1,145 @@
+"""Compile every Triton kernel for a Hopper GPU without one: the compiled-mode check the interpreter cannot do.
+
+The CPU interpreter runs kernels as Python, so it accepts code the real compiler rejects (a
+non-constexpr global, a loop-carried type change, an unsupported dot). This runs the real host
+wrappers on CPU tensors with each kernel replaced by a recorder, then compiles each recorded
+launch ahead of time for ``sm_90`` down to a cubin (Triton ships ptxas). Run it in a process
+*without* ``TRITON_INTERPRET``: ``python -m latency_bench.kernels_compile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import torch
+
+_TYPES = {
+    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.uint8: "u8", torch.bool: "i1",
+}  # fmt: skip
+
+
+class _Recorder:
+    """Stands in for a JIT kernel: ``kernel[grid](*args, **kwargs)`` records instead of launching."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def __getitem__(self, grid) -> Callable[..., None]:
+        return lambda *args, **kwargs: self.calls.append((args, kwargs))
+
+
+def _arg_type(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return "*" + _TYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no Triton type for {type(value).__name__}")
+
+
+def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> float:
+    """Compile one recorded launch for ``sm_<arch>``; returns the seconds it took."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kwargs = dict(kwargs)
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    if "UPCAST" in kwargs:  # the wrappers ran on CPU tensors; compile what a GPU launch would use
+        kwargs["UPCAST"] = False
+        kwargs["PREC"] = "ieee" if args[0].dtype == torch.float32 else "tf32"
+    names = fn.arg_names
+    values = dict(zip(names, args, strict=False)) | kwargs
+    constexprs = {p.name: values[p.name] for p in fn.params if p.is_constexpr}
+    signature = {n: "constexpr" if n in constexprs else _arg_type(values[n]) for n in names}
+    t0 = time.perf_counter()
+    triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
+    return time.perf_counter() - t0
+
+
+@contextmanager
+def _recording(module, names: list[str]):
+    originals = {n: getattr(module, n) for n in names}
+    recorders = {n: _Recorder(f) for n, f in originals.items()}
+    for n, r in recorders.items():
+        setattr(module, n, r)
+    try:
+        yield recorders
+    finally:
+        for n, f in originals.items():
+            setattr(module, n, f)
+
+
+def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
+    """Representative launches of every kernel, with the GPU tile configurations."""
+    from kernels import attention_triton, confidence_triton, rotary_triton
+
+    launches: list[tuple[str, object, tuple, dict]] = []
+
+    def collect(label: str, recorders: dict[str, _Recorder]) -> None:
+        for name, rec in recorders.items():
+            launches.extend((f"{label} {name}", rec.fn, a, k) for a, k in rec.calls)
+            rec.calls.clear()
+
+    seed = torch.tensor([1], dtype=torch.int64)
+    with _recording(confidence_triton, ["_partials_kernel", "_select_kernel"]) as recs:
+        for dtype, temperature, commit in [(torch.bfloat16, 0.0, True), (torch.float16, 0.8, True),
+                                           (torch.float32, 0.0, False)]:  # fmt: skip
+            logits = torch.zeros(2, 16, 151936, dtype=dtype)
+            masked, ids = torch.ones(2, 16, dtype=torch.bool), torch.zeros(2, 16, dtype=torch.int64)
+            confidence_triton.confidence_select(
+                logits, masked, ids if commit else None, 0.9, temperature, seed, block_v=2048, splits=25
+            )
+            collect(f"confidence {dtype} T={temperature} commit={commit}", recs)
+    with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
+        for dtype, head_dim, with_block in [(torch.bfloat16, 128, False), (torch.float16, 128, True),
+                                            (torch.float32, 64, True)]:  # fmt: skip
+            q = torch.zeros(1, 16, 16, head_dim, dtype=dtype)
+            kc = torch.zeros(1, 528, 8, head_dim, dtype=dtype)
+            kb = torch.zeros(1, 16, 8, head_dim, dtype=dtype) if with_block else None
+            lengths = torch.full((1,), 512, dtype=torch.int32)
+            attention_triton.block_attention(q, kc, kc, lengths, kb, kb, 0.1, splits=8, block_n=64)
+            collect(f"block_attention {dtype} D={head_dim} block={with_block}", recs)
+    with _recording(attention_triton, ["_block_causal_kernel"]) as recs:
+        for dtype, head_dim in [(torch.bfloat16, 128), (torch.float32, 64)]:
+            q = torch.zeros(1, 512, 16, head_dim, dtype=dtype)
+            k = torch.zeros(1, 512, 8, head_dim, dtype=dtype)
+            attention_triton.block_causal_attention(q, k, k, 16, 0, 0.1, block_m=64, block_n=64)
+            collect(f"block_causal {dtype} D={head_dim}", recs)
+    with _recording(rotary_triton, ["_rotary_kernel"]) as recs:
+        x = torch.zeros(1, 16, 16, 128, dtype=torch.bfloat16)
+        table = torch.zeros(1, 16, 64)
+        rotary_triton.apply_rotary(x, table, table, x)
+        collect("rotary bf16", recs)
+    return launches
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, default=90, help="compute capability to target (90 = H100/H200)")
+    args = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        raise SystemExit("kernels_compile: unset TRITON_INTERPRET; this checks the compiled path")
+    failures = 0
+    for label, fn, call_args, call_kwargs in recorded_launches():
+        try:
+            seconds = compile_call(fn, call_args, call_kwargs, args.arch)
+            print(f"ok   {label} ({seconds:.1f} s)", flush=True)
+        except Exception as exc:
+            failures += 1
+            print(f"FAIL {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
