@@ -115,7 +115,7 @@ class VoicePipeline:
             reply.played_reported = max(reply.played_reported or 0, samples)
 
     async def commit_turn(self) -> None:
-        await self._input.put(lambda: self._handle_vad(self._vad.force_end(time.monotonic())))
+        await self._input.put(lambda: self._handle_vad(self._vad.force_end(self._audio_now())))
 
     async def clear_input(self) -> None:
         def clear() -> None:
@@ -211,6 +211,10 @@ class VoicePipeline:
         pcm = resampler.process(frame.samples)
         if len(pcm):
             self._handle_vad(self._vad.process(PcmFrame(pcm, VAD_RATE, frame.timestamp)))
+
+    def _audio_now(self) -> float:
+        """Audio time just after the last sample received (the clock the VAD counts in)."""
+        return self._arrivals[-1][1] if self._arrivals else time.monotonic()
 
     def _arrival(self, audio_time: float) -> float:
         """When the pipeline had the audio of ``audio_time``: the arrival of its frame, less what followed it.

@@ -61,7 +61,7 @@ class Reply:
     @property
     def producing(self) -> bool:
         """LM or TTS still working for the caller (a paused reply is not)."""
-        return not self.paused and not self.finished
+        return not self.paused and any(not task.done() for task in self.tasks())
 
     def audible(self, now: float | None = None) -> bool:
         """Whether the assistant is still talking (or about to): the window in which speech is a barge-in."""

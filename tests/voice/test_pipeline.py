@@ -142,6 +142,22 @@ async def test_barge_in_clears_audio_and_history_keeps_only_what_was_played(reso
     assert kept == full_first[: len(kept)]
 
 
+async def test_a_noise_over_the_reply_pauses_it_and_the_reply_resumes(resources: Resources) -> None:
+    noise = np.random.default_rng(1).normal(0, 6000, int(0.8 * CALLER_RATE)).astype(np.int16)  # VAD: speech
+    result, pipeline = await converse(resources, [say(resources, "Tell me a long story about the sea."), noise],
+                                      barge_in_at=0.6)
+
+    kinds = [type(e).__name__ for e in result.events if not isinstance(e, (TranscriptDelta, ReplyTextDelta))]
+    cleared = kinds.index("AudioCleared")
+    assert "AudioOut" in kinds[cleared:], "the reply's audio comes back after the noise"
+    assert [e.turn_id for e in of_type(result, TranscriptCompleted)] == [1], "the noise is no turn"
+    [done] = of_type(result, ResponseDone)
+    assert not done.cancelled
+    assert audible_after(result, result.speech_spans[1][1])
+    full = "".join(e.text for e in of_type(result, ReplyTextDelta))
+    assert pipeline.history[-1] == {"role": "assistant", "content": " ".join(full.split())}
+
+
 async def test_speech_resuming_in_the_hangover_discards_the_speculative_final(resources: Resources) -> None:
     gap = np.zeros(int(0.2 * CALLER_RATE), dtype=np.int16)  # longer than silence_start, shorter than hangover
     clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
