@@ -118,9 +118,10 @@ class Engine:
         self.device = torch.device(device) if device is not None else model.output_weight().device
         self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
         self.trained_block_sizes = tuple(trained_block_sizes)
-        # One thread for all model work; autograd off there, once (generators interleave on it).
+        # One thread for all model work; autograd off there, once (generators interleave on it), and the
+        # creating thread's torch thread count (a new thread would otherwise get torch's default).
         self.worker = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="dlm-model", initializer=torch.set_grad_enabled, initargs=(False,)
+            1, thread_name_prefix="dlm-model", initializer=_init_worker, initargs=(torch.get_num_threads(),)
         )
 
     @classmethod
@@ -252,6 +253,11 @@ class Engine:
             self.run_on_worker(steps.close)
         session.last_result = run.result()
         return session.last_result
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_grad_enabled(False)
+    torch.set_num_threads(threads)
 
 
 def _finish(steps: Iterator[Commit], session: Session | None) -> None:
