@@ -142,6 +142,17 @@ async def test_barge_in_clears_audio_and_history_keeps_only_what_was_played(reso
     assert kept == full_first[: len(kept)]
 
 
+async def test_without_echo_cancellation_speech_during_playback_can_be_ignored(resources: Resources) -> None:
+    config = resources.config.replace(turn={"barge_in": "ignore_while_speaking"})
+    clips = [say(resources, "Tell me a long story about the sea."), say(resources, "Please stop talking now.")]
+    result, _ = await converse(resources, clips, config, barge_in_at=0.6)
+
+    assert not of_type(result, AudioCleared)
+    assert len(of_type(result, SpeechStarted)) == 1, "the speech over the assistant is not a turn"
+    [done] = of_type(result, ResponseDone)
+    assert not done.cancelled and done.turn_id == 1
+
+
 async def test_a_noise_over_the_reply_pauses_it_and_the_reply_resumes(resources: Resources) -> None:
     noise = np.random.default_rng(1).normal(0, 6000, int(0.8 * CALLER_RATE)).astype(np.int16)  # VAD: speech
     result, pipeline = await converse(resources, [say(resources, "Tell me a long story about the sea."), noise],
