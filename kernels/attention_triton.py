@@ -54,7 +54,7 @@ def _block_partials_kernel(
     kc_ptr, vc_ptr, skc_b, skc_t, skc_h, svc_b, svc_t, svc_h,
     kb_ptr, vb_ptr, skb_b, skb_t, skb_h, svb_b, svb_t, svb_h,
     len_ptr, o_part_ptr, m_part_ptr, l_part_ptr,
-    H_KV, n_rows, group, n_block, chunk, scale_log2, D,
+    H_KV, n_rows, group, n_block, chunk, capacity, scale_log2, D,
     HAS_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
@@ -79,7 +79,7 @@ def _block_partials_kernel(
     no_blk = tl.zeros([BLOCK_M], tl.int32)
     # The last split (when there is a block) attends the block's own keys; the others a cache chunk.
     lo = split * chunk
-    hi = tl.minimum(lo + chunk, tl.load(len_ptr + b))
+    hi = tl.minimum(tl.minimum(lo + chunk, tl.load(len_ptr + b)), capacity)  # a bad length cannot read past the cache
     if HAS_BLOCK:
         hi = tl.where(split == n_splits - 1, lo, hi)
     kc_base = kc_ptr + b.to(tl.int64) * skc_b + h_kv * skc_h
@@ -235,7 +235,7 @@ def block_attention(
         k_cache, v_cache, *k_cache.stride()[:3], *v_cache.stride()[:3],
         k_block, v_block, *k_block.stride()[:3], *v_block.stride()[:3],
         lengths, o_part, m_part, l_part,
-        h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, scale * LOG2E, D,
+        h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, cap, scale * LOG2E, D,
         HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **_dot_options(q),
     )  # fmt: skip
     out = torch.empty_like(q) if out is None else out

@@ -47,8 +47,11 @@ def _arg_type(value: object) -> str:
     raise TypeError(f"no Triton type for {type(value).__name__}")
 
 
-def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> float:
-    """Compile one recorded launch for ``sm_<arch>``; returns the seconds it took."""
+SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90 (H100/H200)
+
+
+def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> tuple[float, int]:
+    """Compile one recorded launch for ``sm_<arch>``; returns (seconds, shared memory bytes)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -63,8 +66,8 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> float:
     constexprs = {p.name: values[p.name] for p in fn.params if p.is_constexpr}
     signature = {n: "constexpr" if n in constexprs else _arg_type(values[n]) for n in names}
     t0 = time.perf_counter()
-    triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
-    return time.perf_counter() - t0
+    kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
+    return time.perf_counter() - t0, int(kernel.metadata.shared)
 
 
 @contextmanager
@@ -103,7 +106,7 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             collect(f"confidence {dtype} T={temperature} commit={commit}", recs)
     with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
         for dtype, head_dim, with_block in [(torch.bfloat16, 128, False), (torch.float16, 128, True),
-                                            (torch.float32, 64, True)]:  # fmt: skip
+                                            (torch.float32, 64, True), (torch.float32, 128, False)]:  # fmt: skip
             q = torch.zeros(1, 16, 16, head_dim, dtype=dtype)
             kc = torch.zeros(1, 528, 8, head_dim, dtype=dtype)
             kb = torch.zeros(1, 16, 8, head_dim, dtype=dtype) if with_block else None
@@ -111,7 +114,7 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             attention_triton.block_attention(q, kc, kc, lengths, kb, kb, 0.1, splits=8, block_n=64)
             collect(f"block_attention {dtype} D={head_dim} block={with_block}", recs)
     with _recording(attention_triton, ["_block_causal_kernel"]) as recs:
-        for dtype, head_dim in [(torch.bfloat16, 128), (torch.float32, 64)]:
+        for dtype, head_dim in [(torch.bfloat16, 128), (torch.float32, 64), (torch.float32, 128)]:
             q = torch.zeros(1, 512, 16, head_dim, dtype=dtype)
             k = torch.zeros(1, 512, 8, head_dim, dtype=dtype)
             attention_triton.block_causal_attention(q, k, k, 16, 0, 0.1, block_m=64, block_n=64)
@@ -133,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for label, fn, call_args, call_kwargs in recorded_launches():
         try:
-            seconds = compile_call(fn, call_args, call_kwargs, args.arch)
-            print(f"ok   {label} ({seconds:.1f} s)", flush=True)
+            seconds, shared = compile_call(fn, call_args, call_kwargs, args.arch)
+            if shared > SHARED_MEMORY_LIMIT:
+                raise RuntimeError(f"needs {shared} bytes of shared memory, over the {SHARED_MEMORY_LIMIT} limit")
+            print(f"ok   {label} ({seconds:.1f} s, {shared // 1024} KiB shared)", flush=True)
         except Exception as exc:
             failures += 1
             print(f"FAIL {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
