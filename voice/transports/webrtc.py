@@ -180,6 +180,7 @@ class WebRtcCall:
         self._inbox: asyncio.Queue[str | bytes] = asyncio.Queue(maxsize=256)
         self._tasks: list[asyncio.Task[None]] = []
         self._has_input = False
+        self._last_media = 0.0
         pc.on("track", self._on_track)
         pc.on("datachannel", self._on_datachannel)
         pc.on("connectionstatechange", self._on_connection_state)
@@ -228,25 +229,31 @@ class WebRtcCall:
         if track.kind == "audio" and not self._has_input:
             self._has_input = True
             self._spawn(self._receive_audio(track), "audio-in")
+            self._spawn(self._end_when_media_stops(), "media-watchdog")
 
     async def _receive_audio(self, track: MediaStreamTrack) -> None:
-        """Caller audio into the conversation; a silent wire ends the call.
-
-        A closed tab sends no goodbye: ICE consent checks would notice after ~30 s, the missing audio
-        after ``media_timeout_s``, so the session is freed as soon as the media stops.
-        """
+        """Caller audio into the conversation, stamping when the last of it came."""
         conversation = self.session.conversation
-        timeout: float | None = None  # until the first frame, the connect watchdog is in charge
-        try:
+        with contextlib.suppress(MediaStreamError):
             while True:
-                frame = await asyncio.wait_for(track.recv(), timeout)
-                timeout = self.config.media_timeout_s
+                frame = await track.recv()
+                self._last_media = time.monotonic()
                 await conversation.push_audio(to_mono(frame), frame.sample_rate)
-        except MediaStreamError:
-            pass
-        except asyncio.TimeoutError:
-            log.info("%s: no caller audio for %.1f s; ending the call", self.session.id, timeout)
         await self.session.close()
+
+    async def _end_when_media_stops(self) -> None:
+        """A closed tab sends no goodbye: ICE consent checks notice after ~30 s, missing audio much sooner.
+
+        Browsers send audio all the time (silence included), so ``media_timeout_s`` without any, once
+        it has started, means the caller is gone and the session is freed.
+        """
+        while True:
+            await asyncio.sleep(0.5)
+            if self._last_media and time.monotonic() - self._last_media > self.config.media_timeout_s:
+                log.info("%s: no caller audio for %.1f s; ending the call", self.session.id,
+                         self.config.media_timeout_s)
+                await self.session.close()
+                return
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
         if channel.label != EVENTS_CHANNEL or self._channel is not None:
@@ -289,8 +296,8 @@ class WebRtcCall:
 # ---------------------------------------------------------------------------------------------- routes
 
 async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any] | None]:
-    """The SDP offer and optional session object, from a raw or a multipart body."""
-    if request.content_type.startswith("multipart/"):
+    """The SDP offer and optional session object, from a raw or a form (multipart, as OpenAI's) body."""
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
         form = await request.post()
         sdp, session = form.get("sdp"), form.get("session")
         if not isinstance(sdp, str):

@@ -1,0 +1,205 @@
+"""WebRTC calls with an aiortc client peer on loopback, the paced track and the jitter-buffer tuning."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import aiohttp
+import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.jitterbuffer import JitterBuffer
+from aiortc.mediastreams import MediaStreamError
+from live_server import registry, url
+
+from voice.transports.playout import Playout
+from voice.transports.webrtc import (
+    FRAME_SAMPLES,
+    WEBRTC_RATE,
+    JitterConfig,
+    PacedAudioTrack,
+    to_mono,
+    tune_jitter_buffer,
+)
+
+CALLS = "/v1/realtime/calls"
+
+
+class Client:
+    """A Realtime WebRTC client: mic track (silence), ``oai-events`` channel, records what it hears."""
+
+    def __init__(self, with_audio: bool = True, with_channel: bool = True) -> None:
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.events: list[dict[str, Any]] = []
+        self.heard: list[np.ndarray] = []
+        self.channel = self.pc.createDataChannel("oai-events") if with_channel else None
+        self._opened = asyncio.Event()
+        if self.channel is not None:
+            self.channel.on("message", lambda m: self.events.append(json.loads(m)))
+            self.channel.on("open", self._opened.set)
+        if with_audio:
+            self.mic = PacedAudioTrack()
+            self.pc.addTrack(self.mic)
+        self.pc.on("track", lambda track: asyncio.ensure_future(self._listen(track)))
+
+    async def _listen(self, track) -> None:
+        with contextlib.suppress(MediaStreamError):  # the call ended
+            while True:
+                self.heard.append(to_mono(await track.recv()))
+
+    async def offer(self) -> str:
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        return self.pc.localDescription.sdp
+
+    async def call(self, http: aiohttp.ClientSession, server) -> str:
+        async with http.post(url(server, CALLS), data=await self.offer(),
+                             headers={"Content-Type": "application/sdp"}) as res:
+            assert res.status == 201, await res.text()
+            answer, location = await res.text(), res.headers["Location"]
+        await self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+        async with asyncio.timeout(10):
+            await self._opened.wait()
+        return answer, location
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.channel.send(json.dumps(event))
+
+    async def wait_for(self, kind: str, timeout: float = 60) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            while True:
+                for event in self.events:
+                    if event["type"] == kind:
+                        self.events.remove(event)
+                        return event
+                await asyncio.sleep(0.02)
+
+
+async def drained(server, timeout: float = 10) -> bool:
+    async with asyncio.timeout(timeout):
+        while len(registry(server)):
+            await asyncio.sleep(0.05)
+    return True
+
+
+async def test_call_carries_events_and_audio_then_hangs_up(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline)
+    client = Client()
+    async with aiohttp.ClientSession() as http:
+        answer, location = await client.call(http, server)
+        candidates = [line for line in answer.splitlines() if line.startswith("a=candidate")]
+        assert candidates and all(" 127.0.0.1 " in c and " typ host" in c for c in candidates)
+        assert (await client.wait_for("session.created"))["session"]["id"] == location.rsplit("/", 1)[1]
+
+        client.send({"type": "no.such.event"})
+        assert (await client.wait_for("error"))["error"]["code"] == "unknown_event"
+        client.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello there."}]}})
+        client.send({"type": "response.create"})
+        done = await client.wait_for("response.done")
+        assert done["response"]["status"] == "completed"
+        assert not [e for e in client.events if e["type"] == "response.output_audio.delta"]  # audio is on the track
+        async with asyncio.timeout(30):
+            while not client.heard or np.abs(np.concatenate(client.heard)).max() < 1000:
+                await asyncio.sleep(0.05)
+
+        async with http.post(url(server, f"{location}/hangup")) as res:
+            assert res.status == 200 and (await res.json())["status"] == "ended"
+        assert len(registry(server)) == 0
+        async with http.post(url(server, f"{location}/hangup")) as res:
+            assert res.status == 404
+    await client.pc.close()
+
+
+async def test_peer_that_vanishes_is_freed(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline)
+    client = Client()
+    async with aiohttp.ClientSession() as http:
+        await client.call(http, server)
+        session = registry(server).sessions()[0]
+        await client.pc.close()  # no hang-up request
+        assert await drained(server)
+    assert session.closed and session.conversation._closed
+
+
+async def test_bad_offers_are_refused_and_the_server_carries_on(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline)
+    no_audio = await Client(with_audio=False).offer()
+    cases = [
+        (b"hello", "invalid_sdp"),
+        (b"v=0\r\nthis is not sdp\r\n", "invalid_sdp"),
+        (b"\xff\xfe", "invalid_sdp"),
+        (no_audio.encode(), "invalid_sdp"),
+        (b"v=0" + b"x" * (70 << 10), "request_too_large"),
+    ]
+    async with aiohttp.ClientSession() as http:
+        for body, code in cases:
+            async with http.post(url(server, CALLS), data=body, headers={"Content-Type": "application/sdp"}) as res:
+                assert res.status in (400, 413)
+                assert (await res.json())["error"]["code"] == code
+        bad_session = aiohttp.FormData({"sdp": no_audio, "session": "{oops"})
+        async with http.post(url(server, CALLS), data=bad_session) as res:
+            assert res.status == 400 and (await res.json())["error"]["code"] == "invalid_json"
+        assert await drained(server)
+        async with http.get(url(server, "/healthz")) as res:
+            assert (await res.json())["sessions"] == 0
+
+
+async def test_multipart_offer_with_session_and_the_session_limit(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline, max_sessions=1)
+    first, second = Client(), Client()
+    async with aiohttp.ClientSession() as http:
+        form = aiohttp.FormData({"sdp": await first.offer(),
+                                 "session": json.dumps({"type": "realtime", "instructions": "Be brief."})},
+                                default_to_multipart=True)
+        async with http.post(url(server, CALLS), data=form) as res:
+            assert res.status == 201
+            await first.pc.setRemoteDescription(RTCSessionDescription(await res.text(), "answer"))
+        assert (await first.wait_for("session.created"))["session"]["instructions"] == "Be brief."
+        async with http.post(url(server, CALLS), data=await second.offer(),
+                             headers={"Content-Type": "application/sdp"}) as res:
+            assert res.status == 429
+            assert "limit of 1 concurrent sessions" in (await res.json())["error"]["message"]
+    await first.pc.close()
+    await second.pc.close()
+    assert await drained(server)
+
+
+async def test_jitter_buffer_is_replaced_before_media_flows() -> None:
+    pc = RTCPeerConnection()
+    receiver = pc.addTransceiver("audio").receiver
+    tune_jitter_buffer(receiver, JitterConfig(capacity=8, prefetch=0))
+    buffer = receiver._RTCRtpReceiver__jitter_buffer
+    assert isinstance(buffer, JitterBuffer) and buffer.capacity == 8 and buffer._prefetch == 0
+    await pc.close()
+
+
+async def test_paced_track_stamps_samples_sends_silence_and_clears() -> None:
+    played: list[tuple[int, int]] = []
+    track = PacedAudioTrack(on_played=lambda turn, n: played.append((turn, n)))
+    tone = (8000 * np.sin(np.arange(2400) / 4)).astype(np.int16)  # 100 ms at 24 kHz
+    track.write(7, tone, 24000)
+    frames = [await track.recv() for _ in range(8)]
+    assert [f.pts for f in frames] == [i * FRAME_SAMPLES for i in range(8)]
+    assert all(f.sample_rate == WEBRTC_RATE and f.samples == FRAME_SAMPLES for f in frames)
+    loud = [int(np.abs(f.to_ndarray()).max()) > 1000 for f in frames]
+    assert loud[:4] == [True] * 4 and loud[-2:] == [False, False]  # the tone, then silence while idle
+    assert played[-1][0] == 7 and abs(played[-1][1] - 2400) < 40  # reported in the turn's own rate
+
+    track.write(8, np.tile(tone, 10), 24000)
+    await track.recv()
+    track.clear()  # barge-in
+    assert int(np.abs((await track.recv()).to_ndarray()).max()) == 0
+    track.stop()
+
+
+def test_playout_reports_each_turn_cumulatively() -> None:
+    reports: list[tuple[int, int]] = []
+    playout = Playout(16000, lambda turn, n: reports.append((turn, n)))
+    playout.write(1, np.ones(800, dtype=np.int16), 16000)
+    playout.write(2, np.ones(1600, dtype=np.int16), 16000)
+    playout.read(1000)
+    playout.read(1400)
+    assert reports == [(1, 800), (2, 200), (2, 1600)]
+    assert len(playout.read(10)) == 10 and len(playout) == 0
