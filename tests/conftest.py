@@ -1,6 +1,10 @@
 """Shared paths for the test suite."""
 
+import os
 from pathlib import Path
+
+# Triton fixes compiled-vs-interpreter mode when it is first imported: set it before any test module loads it.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 
