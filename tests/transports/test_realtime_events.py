@@ -1,0 +1,56 @@
+"""The Realtime wire format on its own: session updates, and pipeline events as Realtime server events."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from voice.events import AudioCleared, AudioOut, ReplyTextDelta, ResponseDone, SpeechStarted, TranscriptDelta
+from voice.transports.realtime_events import (
+    PCMU_8K,
+    ClientEventError,
+    RealtimeEncoder,
+    SessionConfig,
+    apply_session_update,
+)
+
+
+def test_session_update_accepts_ga_and_beta_shapes() -> None:
+    config = SessionConfig(id="s")
+    ga = apply_session_update(config, {"type": "realtime", "instructions": "hi", "audio": {
+        "input": {"format": {"type": "audio/pcmu"}, "turn_detection": None},
+        "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "joe"}}})
+    assert ga.input_format == PCMU_8K and ga.turn_detection is None and ga.instructions == "hi"
+    beta = apply_session_update(config, {"output_audio_format": "g711_ulaw", "turn_detection": {"type": "server_vad"}})
+    assert beta.output_format == PCMU_8K and beta.to_json()["audio"]["output"]["format"]["rate"] == 8000
+    for bad in ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
+                {"turn_detection": {"type": "push_to_talk"}}, {"instructions": 5}, "nope"):
+        with pytest.raises(ClientEventError):
+            apply_session_update(config, bad)
+
+
+def test_transcript_deltas_only_append_and_carry_the_tentative_tail() -> None:
+    enc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=True, t0=0.0)
+    [started] = enc.encode(SpeechStarted(at=1.5))
+    first = enc.encode(TranscriptDelta(4, "what is", "the cap"))[0]
+    second = enc.encode(TranscriptDelta(4, "what is the", "capital"))[0]
+    assert started["audio_start_ms"] == 1500 and first["item_id"] == started["item_id"] == second["item_id"]
+    assert (first["delta"], first["tentative"]) == ("what is", "the cap")
+    assert (second["delta"], second["tentative"]) == (" the", "capital")
+
+
+def test_a_response_opens_once_streams_audio_and_closes_with_its_trace() -> None:
+    enc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=True, t0=0.0)
+    tone = (5000 * np.sin(np.arange(2400) / 3)).astype(np.int16)
+    out = enc.encode(ReplyTextDelta(2, "Paris."))
+    out += enc.encode(AudioOut(2, tone, 24000))
+    out += enc.encode(ResponseDone(2, "Paris.", False, {"voice_to_voice_ms": 321.0}))
+    kinds = [e["type"] for e in out]
+    assert kinds[:3] == ["response.created", "response.output_audio_transcript.delta", "response.output_audio.delta"]
+    assert kinds[-1] == "response.done" and kinds.count("response.created") == 1
+    assert out[-1]["response"]["status"] == "completed" and out[-1]["trace"] == {"voice_to_voice_ms": 321.0}
+    assert len({e["event_id"] for e in out}) == len(out)
+    # Over WebRTC the server owns playback: audio stays off the events, a barge-in is reported.
+    rtc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=False, t0=0.0)
+    assert [e["type"] for e in rtc.encode(AudioOut(3, tone, 24000))] == ["response.created"]
+    assert rtc.encode(AudioCleared(3))[0]["type"] == "output_audio_buffer.cleared"
