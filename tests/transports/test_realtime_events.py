@@ -18,13 +18,14 @@ from voice.transports.realtime_events import (
 def test_session_update_accepts_ga_and_beta_shapes() -> None:
     config = SessionConfig(id="s")
     ga = apply_session_update(config, {"type": "realtime", "instructions": "hi", "audio": {
-        "input": {"format": {"type": "audio/pcmu"}, "turn_detection": None},
+        "input": {"format": {"type": "audio/pcmu"}, "turn_detection": {"type": "semantic_vad"}},
         "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "joe"}}})
-    assert ga.input_format == PCMU_8K and ga.turn_detection is None and ga.instructions == "hi"
+    assert ga.input_format == PCMU_8K and ga.turn_detection == {"type": "server_vad"} and ga.instructions == "hi"
     beta = apply_session_update(config, {"output_audio_format": "g711_ulaw", "turn_detection": {"type": "server_vad"}})
     assert beta.output_format == PCMU_8K and beta.to_json()["audio"]["output"]["format"]["rate"] == 8000
     for bad in ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
-                {"turn_detection": {"type": "push_to_talk"}}, {"instructions": 5}, "nope"):
+                {"turn_detection": {"type": "push_to_talk"}}, {"turn_detection": None}, {"instructions": 5},
+                "nope"):
         with pytest.raises(ClientEventError):
             apply_session_update(config, bad)
 

@@ -117,7 +117,7 @@ class SessionConfig:
     output_format: AudioFormat = PCM16_24K
     instructions: str = ""
     voice: str = "joe"
-    turn_detection: dict[str, Any] | None = field(default_factory=lambda: {"type": "server_vad"})
+    turn_detection: dict[str, Any] = field(default_factory=lambda: {"type": "server_vad"})
 
     def to_json(self) -> dict[str, Any]:
         """The GA session object sent in ``session.created`` / ``session.updated``."""
@@ -158,10 +158,13 @@ def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
             changes[key] = value
     turn = audio_in["turn_detection"] if "turn_detection" in audio_in else session.get("turn_detection", ...)
     if turn is not ...:
-        if turn is not None and not (isinstance(turn, dict) and turn.get("type") in ("server_vad", "semantic_vad")):
-            raise ClientEventError("turn_detection must be null or {'type': 'server_vad' | 'semantic_vad'}",
+        # The pipeline always finds turns with its VAD (input_audio_buffer.commit can still end one early),
+        # so switching detection off is refused rather than acknowledged and ignored.
+        if not (isinstance(turn, dict) and turn.get("type") in ("server_vad", "semantic_vad")):
+            raise ClientEventError("this server always detects turns: turn_detection must be "
+                                   "{'type': 'server_vad'} (or 'semantic_vad'); commit ends a turn early",
                                    param="session.audio.input.turn_detection")
-        changes["turn_detection"] = turn
+        changes["turn_detection"] = {"type": "server_vad"}
     return replace(config, **changes)
 
 
