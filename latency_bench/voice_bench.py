@@ -4,8 +4,9 @@ Every question is synthesised with Piper and spoken through file mode at real-ti
 quick functional run whose figures leave out the hangover), once per variant, interleaved so that load
 from anything else on the machine hits all variants alike:
 
-- ``full``      the design: speculative final ASR in the hangover, prefill of confirmed words while the
-                caller speaks, clause-by-clause TTS;
+- ``full``      the design: speculative final ASR in the hangover and the reply started on it (audio
+                held until the turn ends), prefill of confirmed words while the caller speaks,
+                clause-by-clause TTS;
 - ``baseline``  none of those: the final ASR pass starts when the hangover ends, the LM sees the prompt
                 only then, TTS waits for the whole reply;
 - ``ar``        the full design with the same model decoded autoregressively (blocks of one token, one
@@ -45,8 +46,8 @@ QUESTIONS = [
 def variants(config: PipelineConfig) -> dict[str, PipelineConfig]:
     return {
         "full": config,
-        "baseline": config.replace(turn={"speculative_asr": False, "prefill_during_speech": False,
-                                         "stream_tts": False}),
+        "baseline": config.replace(turn={"speculative_asr": False, "speculative_reply": False,
+                                         "prefill_during_speech": False, "stream_tts": False}),
         "ar": config.replace(lm={"block_size": 1, "first_block_size": None, "passes_per_block": 1}),
     }
 

@@ -73,6 +73,9 @@ class TurnConfig:
     """Speech must last this long before it interrupts, so a cough or a click does not."""
     speculative_asr: bool = True
     """Run the final ASR pass when silence starts, not when the hangover ends."""
+    speculative_reply: bool = True
+    """Start the LM and TTS on that speculative transcript during the hangover, holding their output
+    until the turn really ends (thrown away if the caller resumes). Needs ``speculative_asr``."""
     prefill_during_speech: bool = True
     """Prefill confirmed partial words into the LM cache while the person is still talking."""
     stream_tts: bool = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,11 +189,14 @@ class LmStage:
                 self._prefilled = text
         return True
 
-    async def reply(self, user_text: str | None) -> AsyncIterator[str | ToolCall]:
+    async def reply(
+        self, user_text: str | None, before_tool: Callable[[], Awaitable[Any]] | None = None
+    ) -> AsyncIterator[str | ToolCall]:
         """Stream the answer to ``user_text`` (None: to the history as it is): speakable text and tool calls.
 
         The user message joins the history at once, tool calls and results as they happen; the
         assistant's spoken message is added by :meth:`record_reply` with what was actually said.
+        ``before_tool`` is awaited before a tool runs (a speculative reply must not set timers).
         """
         if user_text is not None:
             self.history.append({"role": "user", "content": user_text})
@@ -213,6 +216,8 @@ class LmStage:
                     if tail := splitter.flush():
                         yield tail
                     return
+                if before_tool is not None:
+                    await before_tool()
                 call = self._run_tool(call_body)
                 self.history.append({"role": "assistant", "content": "", "tool_calls": [
                     {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
@@ -225,6 +230,10 @@ class LmStage:
         except ValueError as err:
             return ToolCall("invalid", {}, json.dumps({"error": str(err)}))
         return ToolCall(name, arguments, self.tools.run_safely(name, arguments))
+
+    def rollback(self, length: int) -> None:
+        """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""
+        del self.history[length:]
 
     def record_reply(self, text: str) -> None:
         """The assistant's final message of this turn: the words the caller heard."""

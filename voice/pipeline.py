@@ -174,8 +174,9 @@ class VoicePipeline:
         return self._turn is not None
 
     def thinking(self) -> bool:
-        """A finished turn awaits its transcript, or a reply is still being produced."""
-        return self._finishing > 0 or (self._reply is not None and self._reply.producing)
+        """A finished turn awaits its transcript, or a reply is being produced (not merely held back)."""
+        reply = self._reply
+        return self._finishing > 0 or (reply is not None and reply.producing and not reply.held)
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -237,13 +238,9 @@ class VoicePipeline:
             elif kind is VadEventKind.AUDIO:
                 self._on_turn_audio(self._turn, event)
             elif kind is VadEventKind.SILENCE_STARTED:
-                self._turn.trace.mark("silence_started", self._arrival(event.timestamp))
-                if self.config.turn.speculative_asr:
-                    self._turn.transcriber.start_final(event.timestamp)
+                self._on_silence_started(self._turn, event)
             elif kind is VadEventKind.SPEECH_RESUMED:
-                self._turn.transcriber.discard_final()
-                self._turn.trace.stamps.pop("silence_started", None)
-                self._turn.discarded_finals += 1
+                self._on_speech_resumed(self._turn)
             elif kind is VadEventKind.TURN_ENDED:
                 self._on_turn_ended(self._turn, event)
 
@@ -267,6 +264,46 @@ class VoicePipeline:
         if reply is not None and not reply.paused and heard_ms >= self.config.turn.barge_in_min_ms:
             turn.trace.mark("barge_in", self._arrival(event.timestamp))
             self._pause(reply)
+
+    def _on_silence_started(self, turn: Turn, event: VadEvent) -> None:
+        turn.trace.mark("silence_started", self._arrival(event.timestamp))
+        if not self.config.turn.speculative_asr:
+            return
+        task = turn.transcriber.start_final(event.timestamp)
+        turn.speculative_final = task
+        if self.config.turn.speculative_reply:
+            task.add_done_callback(lambda done: self._on_speculative_final(turn, done))
+
+    def _on_speculative_final(self, turn: Turn, task: asyncio.Task[Any]) -> None:
+        """The final transcript is ready before the hangover ran out: start answering, audio held back."""
+        if turn.ended or turn.speculative_final is not task or task.cancelled() or task.exception() is not None:
+            return
+        text = task.result().text.strip()
+        if not text or self._unanswered is not None or self._closed:
+            return
+        turn.stamps_before_reply = set(turn.trace.stamps)
+        turn.trace.mark("asr_final")
+        self._cut_reply()
+        turn.speculative_reply = self._start_reply(turn.id, turn.trace, text, held=True)
+
+    def _on_speech_resumed(self, turn: Turn) -> None:
+        """The caller goes on: the speculative final, and any reply started from it, are thrown away."""
+        turn.transcriber.discard_final()
+        turn.speculative_final = None
+        turn.trace.stamps.pop("silence_started", None)
+        turn.counters["speculative_finals_discarded"] += 1
+        reply, turn.speculative_reply = turn.speculative_reply, None
+        if reply is None:
+            return
+        turn.counters["speculative_replies_discarded"] += 1
+        reply.dropped = reply.finished = True
+        for task in reply.tasks():
+            task.cancel()
+        self._lm.rollback(reply.history_mark)
+        for name in set(turn.trace.stamps) - turn.stamps_before_reply:
+            del turn.trace.stamps[name]
+        if self._reply is reply:
+            self._reply = None
 
     def _on_turn_ended(self, turn: Turn, event: VadEvent) -> None:
         turn.ended = True
@@ -315,11 +352,14 @@ class VoicePipeline:
                 return
             turn.trace.transcript = text
             self._emit(TranscriptCompleted(turn.id, text))
+            if turn.speculative_reply is not None:
+                self._release(turn.speculative_reply, turn.counters)
+                return
             self._cut_reply()
             if self._turn is not None:  # the caller already goes on talking: answer both together
                 self._unanswered = self._user_text(text)
                 return
-            self._start_reply(turn.id, turn.trace, self._user_text(text), turn.discarded_finals)
+            self._start_reply(turn.id, turn.trace, self._user_text(text)).counters = turn.counters
         finally:
             self._finishing -= 1
 
@@ -330,35 +370,51 @@ class VoicePipeline:
     def _answer_pending(self, turn: Turn) -> None:
         text, self._unanswered = self._unanswered, None
         turn.trace.transcript = text or ""
-        self._start_reply(turn.id, turn.trace, text, turn.discarded_finals)
+        self._start_reply(turn.id, turn.trace, text).counters = turn.counters
 
     # ----- replies: LM -> clauses -> TTS -> audio ------------------------------------------------
 
-    def _start_reply(
-        self, turn_id: int, trace: TurnTrace, user_text: str | None, discarded_finals: int = 0
-    ) -> None:
+    def _start_reply(self, turn_id: int, trace: TurnTrace, user_text: str | None, held: bool = False) -> Reply:
+        """Answer; a ``held`` reply keeps its output back until :meth:`_release` (speculative start)."""
         self._unanswered = None
         self._audio_gen += 1
-        reply = Reply(turn_id, trace, self.output_rate, discarded_finals=discarded_finals)
+        reply = Reply(turn_id, trace, self.output_rate, history_mark=len(self._lm.history), held=held)
+        if not held:
+            reply.confirmed.set()
         self._reply = reply
         loop = asyncio.get_running_loop()
         reply.lm_task = loop.create_task(self._think(reply, user_text))
         reply.tts_task = loop.create_task(self._speak(reply, self._audio_gen))
+        return reply
+
+    def _release(self, reply: Reply, counters: dict[str, int]) -> None:
+        """The turn really ended: what the speculative reply has produced so far goes out now."""
+        reply.counters = counters
+        reply.held = False
+        reply.confirmed.set()
+        held, reply.held_output = reply.held_output, []
+        for item in held:
+            if isinstance(item, np.ndarray):
+                self._emit_audio(reply, reply.generation, item)
+            else:
+                self._emit(item)
+        if reply.done_while_held:
+            self._finish(reply, "".join(reply.text), cancelled=False)
 
     async def _think(self, reply: Reply, user_text: str | None) -> None:
         streaming = self.config.turn.stream_tts
         chunker = ClauseChunker(self.config.chunker)
         tools = 0
         try:
-            async for out in self._lm.reply(user_text):
+            async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait):
                 if isinstance(out, ToolCall):
                     tools += 1
                     reply.trace.mark(f"tool_call_{tools}")
-                    self._emit(ToolCallEvent(reply.turn_id, out.name, out.arguments, out.result))
+                    self._emit_for(reply, ToolCallEvent(reply.turn_id, out.name, out.arguments, out.result))
                     continue
                 reply.trace.mark("lm_first_text")
                 reply.text.append(out)
-                self._emit(ReplyTextDelta(reply.turn_id, out))
+                self._emit_for(reply, ReplyTextDelta(reply.turn_id, out))
                 for clause in chunker.push(out) if streaming else ():
                     reply.trace.mark("first_clause")
                     reply.clauses.put_nowait(clause)
@@ -374,6 +430,8 @@ class VoicePipeline:
             reply.clauses.put_nowait(END_OF_REPLY)
 
     async def _speak(self, reply: Reply, generation: int) -> None:
+        reply.generation = generation
+
         async def sink(pcm: np.ndarray) -> None:
             self._emit_audio(reply, generation, pcm)
 
@@ -386,12 +444,17 @@ class VoicePipeline:
             raise
         except Exception as err:
             self._emit(PipelineError(f"text to speech failed: {err!r}", "tts_failed"))
-        if generation == self._audio_gen and not reply.finished:
+        if reply.held:
+            reply.done_while_held = True
+        elif generation == self._audio_gen and not reply.finished:
             self._finish(reply, "".join(reply.text), cancelled=False)
 
     def _emit_audio(self, reply: Reply, generation: int, pcm: np.ndarray) -> None:
         if generation != self._audio_gen:
             return  # a barge-in or cancel made this audio stale
+        if reply.held:
+            reply.held_output.append(pcm)
+            return
         now = time.monotonic()
         if (idx := first_audible(pcm)) is not None:
             reply.trace.mark("first_audio_out", now + idx / self.output_rate)
@@ -454,13 +517,20 @@ class VoicePipeline:
         self._lm.record_reply(text)
         reply.trace.reply = text
         record = reply.trace.to_dict()
-        record["speculative_finals_discarded"] = reply.discarded_finals
+        record.update(reply.counters)
         self.resources.metrics.observe(record)
         if self._on_trace is not None:
             self._on_trace(record)
         self._emit(ResponseDone(reply.turn_id, text, cancelled, record))
 
     # ----- plumbing --------------------------------------------------------------------------
+
+    def _emit_for(self, reply: Reply, event: PipelineEvent) -> None:
+        """A reply's own event: held back with its audio while the reply is speculative."""
+        if reply.held:
+            reply.held_output.append(event)
+        else:
+            self._emit(event)
 
     def _emit(self, event: PipelineEvent) -> None:
         if not self._closed:

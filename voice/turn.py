@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from voice.asr import StreamingTranscriber
 from voice.trace import TurnTrace
@@ -34,8 +35,19 @@ class Reply:
     paused_at_sample: int = 0
     dropped: bool = False
     """Cut off for good; its history entry holds only what was heard."""
-    discarded_finals: int = 0
-    """Speculative final transcripts of its turn thrown away because the caller resumed speaking."""
+    counters: dict[str, int] = field(default_factory=dict)
+    """Its turn's counts of speculative work thrown away (they go into the trace)."""
+    history_mark: int = 0
+    """Length of the LM history before this reply: a discarded speculative reply rolls back to it."""
+    held: bool = False
+    """Started speculatively during the hangover: output is kept back until the turn really ends."""
+    held_output: list[Any] = field(default_factory=list)
+    """Audio arrays and events produced while held, in order."""
+    done_while_held: bool = False
+    confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the reply is not speculative: tools (which may have effects) wait for it."""
+    generation: int = 0
+    """The audio generation its current TTS task emits under."""
     finished: bool = False
     """ResponseDone went out (all audio handed over, or the reply was dropped)."""
     played_reported: int | None = None
@@ -89,4 +101,10 @@ class Turn:
     """The reply that was audible when this speech began: paused after ``barge_in_min_ms`` of it."""
     partials_task: asyncio.Task[None] | None = None
     ended: bool = False
-    discarded_finals: int = 0
+    counters: dict[str, int] = field(
+        default_factory=lambda: {"speculative_finals_discarded": 0, "speculative_replies_discarded": 0}
+    )
+    speculative_final: asyncio.Task[Any] | None = None
+    speculative_reply: Reply | None = None
+    """Started from the speculative final during the hangover; released at the end of the turn."""
+    stamps_before_reply: set[str] = field(default_factory=set)

@@ -74,7 +74,7 @@ async def converse(
 ) -> tuple[FileModeResult, VoicePipeline]:
     pipeline = VoicePipeline(resources, config)
     try:
-        result = await run_files(pipeline, clips, FileModeOptions(fast=True, **options))  # type: ignore[arg-type]
+        result = await run_files(pipeline, clips, FileModeOptions(**{"fast": True, **options}))  # type: ignore[arg-type]
     finally:
         await pipeline.close()
     return result, pipeline
@@ -172,13 +172,50 @@ async def test_a_noise_over_the_reply_pauses_it_and_the_reply_resumes(resources:
 async def test_speech_resuming_in_the_hangover_discards_the_speculative_final(resources: Resources) -> None:
     gap = np.zeros(int(0.2 * CALLER_RATE), dtype=np.int16)  # longer than silence_start, shorter than hangover
     clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
-    result, _ = await converse(resources, [clip])
+    result, pipeline = await converse(resources, [clip])
 
     [completed] = of_type(result, TranscriptCompleted)
     words = completed.text.lower()
     assert ("twelve" in words or "12" in words) and ("four" in words or "4" in words)
     assert len(of_type(result, SpeechStarted)) == 1, "one turn, not two"
     assert result.traces[0]["speculative_finals_discarded"] >= 1
+    # A reply started on the discarded transcript never reached the caller or the history.
+    [done] = of_type(result, ResponseDone)
+    assert done.trace["transcript"] == completed.text
+    assert [m["content"] for m in pipeline.history if m["role"] == "user"] == [completed.text]
+
+
+def long_hangover(resources: Resources) -> PipelineConfig:
+    """A hangover long enough for the speculative final and reply to start inside it on any machine."""
+    return resources.config.replace(vad={"hangover_ms": 2500})
+
+
+async def test_reply_started_in_the_hangover_is_held_until_the_turn_ends(resources: Resources) -> None:
+    clip = trimmed(say(resources, "What is twelve times four?"))
+    result, _ = await converse(resources, [clip], long_hangover(resources), fast=False, gap_s=0.3)
+
+    [trace] = result.traces
+    turn_end = trace["other_marks_ms"]["turn_end_detected"]
+    assert trace["asr_final"] < turn_end, "the final transcript was ready inside the hangover"
+    assert trace["first_audio_out"] >= turn_end, "but nothing was heard before the turn ended"
+    assert not audible_after(result, 0) or first_audible(result.output) / result.output_rate >= (
+        result.speech_spans[0][1] + 2.4
+    )
+    assert trace["speculative_replies_discarded"] == 0
+
+
+async def test_resuming_after_a_long_pause_discards_the_speculative_reply(resources: Resources) -> None:
+    gap = np.zeros(int(1.6 * CALLER_RATE), dtype=np.int16)
+    clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
+    result, pipeline = await converse(resources, [clip], long_hangover(resources), fast=False, gap_s=0.3)
+
+    [trace] = result.traces
+    assert trace["speculative_replies_discarded"] >= 1
+    [completed] = of_type(result, TranscriptCompleted)
+    assert "four" in completed.text.lower() or "4" in completed.text
+    assert first_audible(result.output[: int(result.speech_spans[0][1] * result.output_rate)]) is None
+    assert [m["content"] for m in pipeline.history if m["role"] == "user"] == [completed.text]
+    assert len(of_type(result, ResponseDone)) == 1
 
 
 async def test_silence_and_noise_alone_get_no_reply(resources: Resources) -> None:
