@@ -3,7 +3,8 @@
 On random weights of a named shape, all in one run:
 - engine   this engine's block-causal decoding (exact KV cache, block window, fixed passes per block);
 - ar       the same weights decoded autoregressively, one token per pass, with a KV cache;
-- vanilla  full-canvas masked diffusion without a cache (every pass runs prompt + whole answer canvas).
+- vanilla  full-canvas masked diffusion without a cache (every pass runs prompt + a fixed answer canvas,
+           128 tokens by default as LLaDA's sampler uses).
 Random weights have meaningless confidences, so every diffusion method uses a FIXED pass count per block.
 
 ``first_block_ms`` is the median time from a prompt already in the cache (as the voice pipeline has it,
@@ -139,10 +140,11 @@ def bench_ar(model: Transformer, prompt: list[int], gen: int, first: int, repeat
     return Row(len(prompt), "ar", _median(warm), _median(cold), _median(rate))
 
 
-def bench_vanilla(model: Transformer, prompt: list[int], gen: int, block: int, passes: int, repeats: int) -> Row:
-    """Full-canvas diffusion: prompt + ``gen`` masks, full attention, every pass over everything, no cache."""
+def bench_vanilla(model: Transformer, prompt: list[int], gen: int, block: int, passes: int, repeats: int,
+                  canvas_tokens: int) -> Row:
+    """Full-canvas diffusion: prompt + a fixed canvas of masks, full attention, every pass over all, no cache."""
     cfg, device = model.cfg, model.output_weight().device
-    canvas = torch.tensor(prompt + [cfg.mask_token_id] * gen, device=device)
+    canvas = torch.tensor(prompt + [cfg.mask_token_id] * max(canvas_tokens, gen), device=device)
 
     def run(n_blocks: int) -> None:
         x = canvas.clone()
@@ -164,7 +166,7 @@ def bench_vanilla(model: Transformer, prompt: list[int], gen: int, block: int, p
 
 
 def run_bench(shape_name: str, prompt_lengths: list[int], block: int = 8, passes: int = 2, gen: int = 32,
-              repeats: int = 5, dtype: str = "float32", device: str = "cpu") -> dict:
+              repeats: int = 5, dtype: str = "float32", device: str = "cpu", canvas: int = 128) -> dict:
     shape = SHAPES[shape_name]
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     engine = random_engine(shape, block, max(prompt_lengths) + gen + 8 * block, torch_dtype, device)
@@ -175,12 +177,12 @@ def run_bench(shape_name: str, prompt_lengths: list[int], block: int = 8, passes
             prompt = torch.randint(0, shape.vocab - 1, (length,), generator=gen_ids).tolist()
             row, schedules[str(length)] = bench_engine(engine, prompt, gen, block, passes, repeats)
             rows += [row, bench_ar(engine.model, prompt, gen, block, repeats),
-                     bench_vanilla(engine.model, prompt, gen, block, passes, repeats)]
+                     bench_vanilla(engine.model, prompt, gen, block, passes, repeats, canvas)]
     finally:
         engine.close()
     return {
         "shape": shape_name, "shape_dims": asdict(shape), "block_size": block, "passes_per_block": passes,
-        "gen_tokens": gen, "repeats": repeats, "dtype": dtype, "device": device, "threads": torch.get_num_threads(),
+        "gen_tokens": gen, "vanilla_canvas_tokens": max(canvas, gen), "repeats": repeats, "dtype": dtype, "device": device, "threads": torch.get_num_threads(),
         "note": f"random weights: fixed {passes} passes per block of {block} (confidences are meaningless)",
         "rows": [asdict(r) for r in rows], "ratios": _ratios(rows),
         "first_text_ms_by_schedule": schedules,
@@ -204,7 +206,8 @@ def _ratios(rows: list[Row]) -> list[dict]:
 
 def format_table(report: dict) -> str:
     lines = [report["note"], f"shape {report['shape']}, {report['gen_tokens']} generated tokens, "
-             f"{report['dtype']} on {report['device']} ({report['threads']} threads), median of {report['repeats']}",
+             f"{report['dtype']} on {report['device']} ({report['threads']} threads), median of {report['repeats']}; "
+             f"vanilla canvas {report['vanilla_canvas_tokens']} tokens",
              f"{'prompt':>6} {'method':>8} {'first_block_ms':>15} {'cold_first_block_ms':>20} {'tokens/s':>9}"]
     for r in report["rows"]:
         lines.append(f"{r['prompt_length']:>6} {r['method']:>8} {r['first_block_ms']:>15.1f} "
@@ -224,6 +227,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--passes-per-block", type=int, default=2)
     p.add_argument("--gen-tokens", type=int, default=32)
+    p.add_argument("--vanilla-canvas", type=int, default=128, help="answer canvas of vanilla diffusion (LLaDA's default)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default="cpu")
@@ -238,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gen_tokens % args.block_size:
         raise SystemExit("--gen-tokens must be a multiple of --block-size")
     report = run_bench(args.shape, lengths, args.block_size, args.passes_per_block, args.gen_tokens, args.repeats,
-                       args.dtype, args.device)
+                       args.dtype, args.device, args.vanilla_canvas)
     print(format_table(report))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
