@@ -19,8 +19,8 @@ Facts = str | tuple[str, ...]  # what the final reply must contain (any one of a
 
 
 def spoken(ctx: Context, n: int) -> str:
-    """A number as the recogniser might write it: digits, or words for small ones."""
-    if 0 <= n <= 100 and ctx.rng.random() < 0.5:
+    """A number as the recogniser writes it: mostly digits (as Whisper does), words now and then for small ones."""
+    if 0 <= n <= 100 and ctx.rng.random() < (0.3 if n <= 20 else 0.1):
         return int_to_words(n)
     return str(n)
 
