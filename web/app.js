@@ -17,6 +17,7 @@ const voice = {
   errors: [],
   audioOnsets: [],     // performance.now() when assistant audio starts after a silence
   lastLoudAt: null,    // performance.now() of the latest audible assistant audio
+  micSpeechEnds: [],   // performance.now() when the microphone fell silent after speech
   micLevel: 0,
   recording: null,     // Promise<{mime, base64}> after stop() with ?record=1
 };
@@ -222,7 +223,13 @@ async function connect() {
     audio: { echoCancellation: !raw, noiseSuppression: !raw, autoGainControl: !raw, channelCount: 1 },
   });
   audioCtx = new AudioContext();
-  meter(micStream, (rms) => { voice.micLevel = rms; $("level").value = Math.min(1, rms * 4); });
+  let micLoud = false;
+  meter(micStream, (rms) => {
+    voice.micLevel = rms;
+    $("level").value = Math.min(1, rms * 4);
+    if (micLoud && rms < 0.005) voice.micSpeechEnds.push(performance.now());
+    micLoud = rms > 0.02 || (micLoud && rms >= 0.005);
+  });
 
   pc = new RTCPeerConnection({ iceServers: [] });
   pc.addTrack(micStream.getAudioTracks()[0], micStream);

@@ -36,6 +36,7 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
                                      timeout=PAGE_TIMEOUT_MS)
         state = await page.evaluate(
             "({errors: voice.errors, traces: voice.traces, onsets: voice.audioOnsets.length,"
+            " v2v: voice.audioOnsets.map(t => t - Math.max(...voice.micSpeechEnds.filter(e => e < t))),"
             " user: voice.turns.filter(t => t.role === 'user').map(t => t.text),"
             " assistant: voice.turns.filter(t => t.role === 'assistant').map(t => t.text),"
             " shown: document.getElementById('turns').innerText,"
@@ -50,6 +51,8 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
     assert state["assistant"][0].strip()[:20] in state["shown"]
     assert state["rows"] >= 1 and state["traces"][0]["voice_to_voice_ms"] is not None
     assert state["onsets"] >= 1
+    print(f"browser voice-to-voice (mic silent -> reply audible in the page): {state['v2v'][0]:.0f} ms; "
+          f"pipeline trace {state['traces'][0]['voice_to_voice_ms']} ms")
 
     audio = decode_recording(recording)
     assert np.abs(audio).max() > 1000
