@@ -45,6 +45,14 @@ def url(server: TestServer, path: str, scheme: str = "http") -> str:
     return f"{scheme}://127.0.0.1:{server.port}{path}"
 
 
+async def drained(server: TestServer, timeout: float = 10.0) -> bool:
+    """True once the server holds no session (freeing is asynchronous after a disconnect)."""
+    async with asyncio.timeout(timeout):
+        while len(registry(server)):
+            await asyncio.sleep(0.05)
+    return True
+
+
 # ---------------------------------------------------------------------------------------------- the real pipeline
 
 DEMO_CHECKPOINT = ROOT / "dlm" / "assets" / "demo"

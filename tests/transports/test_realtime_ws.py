@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from live_server import registry, trained_model, url
+from live_server import drained, registry, trained_model, url
 
 from voice.audio import resample
 
@@ -111,7 +111,7 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
         await ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\xff" * 160).decode()})
         await ws.send_json({"type": "input_audio_buffer.clear"})
         await next_event(ws, "input_audio_buffer.cleared", seen)
-    assert len(registry(server)) == 0 or await _drained(server)
+    assert await drained(server)
 
 
 async def test_frame_over_the_socket_limit_closes_only_that_socket(serve, new_pipeline) -> None:
@@ -124,7 +124,7 @@ async def test_frame_over_the_socket_limit_closes_only_that_socket(serve, new_pi
             msg = await ws.receive()
             assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
             assert ws.closed
-        assert await _drained(server)
+        assert await drained(server)
         async with http.get(url(server, "/healthz")) as health:
             assert (await health.json())["status"] == "ok"
 
@@ -153,13 +153,5 @@ async def test_abrupt_disconnect_frees_the_session(serve, new_pipeline, question
     session = registry(server).sessions()[0]
     ws._response.connection.transport.abort()  # no close frame: the client vanishes mid-sentence
     await http.close()
-    assert await _drained(server)
+    assert await drained(server)
     assert session.closed and session.conversation._closed
-
-
-async def _drained(server, timeout: float = 10.0) -> bool:
-    """True once the server holds no session (closing is asynchronous after a disconnect)."""
-    async with asyncio.timeout(timeout):
-        while len(registry(server)):
-            await asyncio.sleep(0.05)
-    return True

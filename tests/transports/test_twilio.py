@@ -10,7 +10,7 @@ import time
 import aiohttp
 import numpy as np
 import pytest
-from live_server import registry, url
+from live_server import drained, url
 
 from voice.audio import mulaw_decode, mulaw_encode, resample
 from voice.transports.phone import CallAudio, CallMark, CallStarted, CallStopped, PhoneProtocolError
@@ -94,9 +94,7 @@ async def test_phone_call_hears_speech_gets_marks_and_a_barge_in_clears(serve, n
     assert len(heard) > 800 and np.abs(heard).max() > 1000  # mu-law speech, not silence
     assert phone.marks and all(m.split(":")[0].isdigit() and m.split(":")[1].isdigit() for m in phone.marks)
     assert phone.clears >= 1
-    async with asyncio.timeout(10):
-        while len(registry(server)):
-            await asyncio.sleep(0.05)
+    assert await drained(server)
 
 
 def test_serializer_round_trips_twilio_messages() -> None:
@@ -141,6 +139,4 @@ async def test_wrong_media_format_ends_only_that_call(serve, new_pipeline) -> No
             assert ws.close_code == aiohttp.WSCloseCode.UNSUPPORTED_DATA
         async with http.get(url(server, "/healthz")) as health:
             assert (await health.json())["status"] == "ok"
-    async with asyncio.timeout(10):
-        while len(registry(server)):
-            await asyncio.sleep(0.05)
+    assert await drained(server)

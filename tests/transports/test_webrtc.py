@@ -12,7 +12,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
-from live_server import registry, url
+from live_server import drained, registry, url
 
 from voice.transports.playout import Playout
 from voice.transports.webrtc import (
@@ -74,13 +74,6 @@ class Client:
                         self.events.remove(event)
                         return event
                 await asyncio.sleep(0.02)
-
-
-async def drained(server, timeout: float = 10) -> bool:
-    async with asyncio.timeout(timeout):
-        while len(registry(server)):
-            await asyncio.sleep(0.05)
-    return True
 
 
 async def test_call_carries_events_and_audio_then_hangs_up(serve, new_pipeline) -> None:

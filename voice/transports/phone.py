@@ -26,6 +26,7 @@ from voice.transports.sessions import SESSIONS, Session, SessionLimitError
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 256 << 10  # a 20 ms media frame is ~250 bytes; anything near this is not a phone
+MEDIA_CHUNK_S = 0.5  # assistant speech goes out in pieces this long (a clause can be many seconds)
 
 
 class PhoneProtocolError(ValueError):
@@ -132,8 +133,9 @@ class PhoneCall:
         pcm = self._resampler.process(ev.pcm)
         sent = self._sent.get(ev.turn_id, 0) + len(ev.pcm)
         self._sent[ev.turn_id] = sent
-        if len(pcm):
-            await self.ws.send_str(self.serializer.audio(pcm))
+        step = int(MEDIA_CHUNK_S * self.serializer.sample_rate)
+        for start in range(0, len(pcm), step):
+            await self.ws.send_str(self.serializer.audio(pcm[start:start + step]))
         await self.ws.send_str(self.serializer.mark(f"{ev.turn_id}:{sent}"))
 
 
