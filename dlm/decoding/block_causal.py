@@ -9,7 +9,8 @@ window is final at once and is yielded immediately.
 
 Token-shift families (Fast-dLLM v2) predict position i from output i-1: the first position of a window
 is predicted by the last committed logit, so it is filled without a pass (the reference's
-"autoregressive extra token").
+"autoregressive extra token"), after a commit pass of its own. Other families commit a finished window in
+the same forward pass as the first denoising pass of the next one (same result, one pass fewer per block).
 
 The decoder talks to the model through a :class:`BlockForward`: :class:`CachedForward` is the engine's,
 :class:`RecomputeForward` runs the whole sequence under the equivalent block-causal mask every pass (the
@@ -64,8 +65,12 @@ class BlockForward(Protocol):
     length: int  # committed positions
     device: torch.device
 
-    def denoise(self, window: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """Logits [len(rows), V] at window offsets ``rows`` for ``window`` placed at ``length``."""
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor, pending: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Logits [len(rows), V] at window offsets ``rows`` for ``window`` placed after the prefix.
+
+        ``pending``: a finished window to commit first, in the same forward pass where that is possible.
+        """
         ...
 
     def commit(self, window: torch.Tensor) -> torch.Tensor:
@@ -91,9 +96,29 @@ class CachedForward:
     def length(self) -> int:
         return self.cache.length
 
-    def denoise(self, window: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        hidden = self.model.hidden_states(window[None], cache=self.cache)[0]
-        return F.linear(hidden[rows], self.model.output_weight())
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor, pending: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        if pending is None:
+            hidden = self.model.hidden_states(window[None], cache=self.cache)[0]
+            return F.linear(hidden[rows], self.model.output_weight())
+        # One pass commits the finished block and denoises the next: the finished block's rows see the cache
+        # and themselves, the new window's rows see it too. Both write their KV; only the first is kept.
+        done, n = pending.shape[0], pending.shape[0] + window.shape[0]
+        mask = torch.ones(n, self.cache.length + n, dtype=torch.bool, device=self.device)
+        mask[:done, self.cache.length + done:] = False
+        self.cache.store = True
+        try:
+            hidden = self.model.hidden_states(torch.cat((pending, window))[None], attn_mask=mask, cache=self.cache)[0]
+        finally:
+            self.cache.store = False
+        self._committed(pending, None)
+        return F.linear(hidden[done + rows], self.model.output_weight())
+
+    def _committed(self, window: torch.Tensor, last_logits: torch.Tensor | None) -> None:
+        self.cache.commit(window.shape[0])
+        self.tokens.extend(window.tolist())
+        self.ends.append(self.cache.length)
+        self.last_logits = last_logits
 
     def commit(self, window: torch.Tensor) -> torch.Tensor:
         self.cache.store = True
@@ -101,10 +126,7 @@ class CachedForward:
             hidden = self.model.hidden_states(window[None], cache=self.cache)[0]
         finally:
             self.cache.store = False
-        self.cache.commit(window.shape[0])
-        self.tokens.extend(window.tolist())
-        self.ends.append(self.cache.length)
-        self.last_logits = F.linear(hidden[-1], self.model.output_weight())
+        self._committed(window, F.linear(hidden[-1], self.model.output_weight()))
         return self.last_logits
 
     def extend(self, ids: list[int], block_size: int) -> None:
@@ -149,7 +171,10 @@ class RecomputeForward:
         mask = segment_mask([*self.ends, ids.shape[0]], window.device)
         return self.model.hidden_states(ids[None], attn_mask=mask)[0, self.length:]
 
-    def denoise(self, window: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor, pending: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        if pending is not None:
+            self.commit(pending)
         return F.linear(self._hidden(window)[rows], self.model.output_weight())
 
     def commit(self, window: torch.Tensor) -> torch.Tensor:
@@ -219,8 +244,9 @@ def decode(
     mask_id, shift = cfg.mask_token_id, cfg.token_shift
     progress = _Progress(policy)
     sizes = block_sizes(policy.first_blocks, policy.block_size)
+    pending: torch.Tensor | None = None  # a finished window whose KV rides along the next pass
     while True:
-        start, known = forward.length, len(tokens)
+        start, known = forward.length + (pending.shape[0] if pending is not None else 0), len(tokens)
         end = block_end(known, next(sizes))
         window = torch.tensor(tokens[start:] + [mask_id] * (end - known), dtype=torch.long, device=forward.device)
         masked = window == mask_id
@@ -241,7 +267,8 @@ def decode(
                 if not shares and policy.threshold is None:
                     shares = transfer_counts(int(masked.sum()), policy.passes_per_block or 1)
                 rows = candidates.nonzero()[:, 0]
-                logits = _no_mask(forward.denoise(window, rows - 1 if shift else rows), mask_id)
+                logits = _no_mask(forward.denoise(window, rows - 1 if shift else rows, pending), mask_id)
+                pending = None
                 progress.passes += 1
                 picked, conf = pick_tokens(logits, policy.sampling, generator)
                 chosen = _choose(policy, conf, max(1, shares.pop(0)) if shares else 1)
@@ -255,6 +282,9 @@ def decode(
             if progress.finished:
                 return
         tokens.extend(window[known - start:].tolist())
-        last_logits = forward.commit(window)
-        progress.passes += 1  # the commit pass is a forward too
+        if shift:  # the next window starts from this one's last logit: commit now, in a pass of its own
+            last_logits = forward.commit(window)
+            progress.passes += 1
+        else:
+            pending = window
 
