@@ -270,6 +270,15 @@ async function hangUp(reason) {
 voice.connect = () => connect().catch((err) => { voice.errors.push(String(err.message || err)); hangUp(err.message); });
 voice.hangUp = () => hangUp();
 voice.stopRecording = stopRecording;
+voice.playoutDelayMs = async () => {  // the browser's average jitter-buffer delay on the assistant audio
+  if (!pc) return null;
+  for (const s of (await pc.getStats()).values()) {
+    if (s.type === "inbound-rtp" && s.kind === "audio" && s.jitterBufferEmittedCount) {
+      return (1000 * s.jitterBufferDelay) / s.jitterBufferEmittedCount;
+    }
+  }
+  return null;
+};
 
 $("call").addEventListener("click", () => (pc ? voice.hangUp() : voice.connect()));
 if (params.get("autoconnect") === "1") voice.connect();

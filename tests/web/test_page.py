@@ -42,8 +42,9 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
             " shown: document.getElementById('turns').innerText,"
             " rows: document.querySelectorAll('#latency tbody tr').length})")
         recording = await page.evaluate("voice.stopRecording()")
-        await page.evaluate("voice.hangUp()")
-        assert await drained(server)  # the hang-up request frees the call while the tab is still open
+        playout_ms = await page.evaluate("voice.playoutDelayMs()")
+    # The browser went away without hanging up (like a closed tab): the server notices and frees the call.
+    assert await drained(server, timeout=15)
 
     assert state["errors"] == []
     user = " ".join(state["user"]).lower()
@@ -53,7 +54,7 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
     assert state["rows"] >= 1 and state["traces"][0]["voice_to_voice_ms"] is not None
     assert state["onsets"] >= 1
     print(f"browser voice-to-voice (mic silent -> reply audible in the page): {state['v2v'][0]:.0f} ms; "
-          f"pipeline trace {state['traces'][0]['voice_to_voice_ms']} ms")
+          f"pipeline trace {state['traces'][0]['voice_to_voice_ms']} ms; browser jitter buffer {playout_ms:.0f} ms")
 
     audio = decode_recording(recording)
     assert np.abs(audio).max() > 1000
