@@ -20,6 +20,7 @@ from voice.transports.webrtc import (
     WEBRTC_RATE,
     JitterConfig,
     PacedAudioTrack,
+    WebRtcConfig,
     to_mono,
     tune_jitter_buffer,
 )
@@ -196,3 +197,14 @@ def test_playout_reports_each_turn_cumulatively() -> None:
     playout.read(1400)
     assert reports == [(1, 800), (2, 200), (2, 1600)]
     assert len(playout.read(10)) == 10 and len(playout) == 0
+
+
+async def test_offer_whose_peer_never_connects_is_freed(serve, new_pipeline) -> None:
+    server = await serve(new_pipeline, webrtc=WebRtcConfig(connect_timeout_s=1.0))
+    client = Client()
+    async with aiohttp.ClientSession() as http, http.post(
+            url(server, CALLS), data=await client.offer(), headers={"Content-Type": "application/sdp"}) as res:
+        assert res.status == 201  # ... and the answer is never applied: ICE cannot connect
+    assert len(registry(server)) == 1
+    assert await drained(server, timeout=10)
+    await client.pc.close()
