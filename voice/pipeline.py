@@ -333,8 +333,11 @@ class VoicePipeline:
                 self._drop(turn.interrupts)  # the interruption is words, not noise
             if self.config.turn.prefill_during_speech and partial.newly_confirmed:
                 history_ready = self._reply is None or self._reply.finished
-                if history_ready and await self._lm.prefill_partial(self._user_text(partial.confirmed)):
-                    turn.trace.stamps["last_prefill_done"] = time.monotonic()
+                try:
+                    if history_ready and await self._lm.prefill_partial(self._user_text(partial.confirmed)):
+                        turn.trace.stamps["last_prefill_done"] = time.monotonic()
+                except (RuntimeError, ValueError) as err:  # only a lost head start: the reply prefills anyway
+                    self._emit(PipelineError(f"prefill while speaking failed: {err}", "prefill_failed"))
 
     async def _finish_turn(self, turn: Turn) -> None:
         try:
@@ -360,6 +363,10 @@ class VoicePipeline:
                 self._unanswered = self._user_text(text)
                 return
             self._start_reply(turn.id, turn.trace, self._user_text(text)).counters = turn.counters
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the session must outlive one bad turn
+            self._emit(PipelineError(f"finishing turn {turn.id} failed: {err!r}", "turn_failed"))
         finally:
             self._finishing -= 1
 

@@ -76,7 +76,12 @@ class Reply:
         return not self.paused and any(not task.done() for task in self.tasks())
 
     def audible(self, now: float | None = None) -> bool:
-        """Whether the assistant is still talking (or about to): the window in which speech is a barge-in."""
+        """Whether the assistant is still talking (or about to): the window in which speech is a barge-in.
+
+        A held (speculative) reply is not: nothing of it has gone out while the caller's turn is open.
+        """
+        if self.held:
+            return False
         if self.producing:
             return True
         if self.paused or self.log.total == 0:

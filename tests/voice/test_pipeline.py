@@ -185,14 +185,15 @@ async def test_speech_resuming_in_the_hangover_discards_the_speculative_final(re
     assert [m["content"] for m in pipeline.history if m["role"] == "user"] == [completed.text]
 
 
-def long_hangover(resources: Resources) -> PipelineConfig:
+def long_hangover(resources: Resources, barge_in: str = "vad") -> PipelineConfig:
     """A hangover long enough for the speculative final and reply to start inside it on any machine."""
-    return resources.config.replace(vad={"hangover_ms": 2500})
+    return resources.config.replace(vad={"hangover_ms": 2500}, turn={"barge_in": barge_in})
 
 
-async def test_reply_started_in_the_hangover_is_held_until_the_turn_ends(resources: Resources) -> None:
+@pytest.mark.parametrize("barge_in", ["vad", "ignore_while_speaking"])
+async def test_reply_started_in_the_hangover_is_held_until_the_turn_ends(resources: Resources, barge_in: str) -> None:
     clip = trimmed(say(resources, "What is twelve times four?"))
-    result, _ = await converse(resources, [clip], long_hangover(resources), fast=False, gap_s=0.3)
+    result, _ = await converse(resources, [clip], long_hangover(resources, barge_in), fast=False, gap_s=0.3)
 
     [trace] = result.traces
     turn_end = trace["other_marks_ms"]["turn_end_detected"]
