@@ -84,6 +84,11 @@ def _run(args: argparse.Namespace) -> int:
         from voice.audio import write_wav
 
         write_wav(args.out, result.output, result.output_rate)
+    from voice.events import PipelineError
+
+    for event in result.events:
+        if isinstance(event, PipelineError):
+            print(f"pipeline error ({event.code}): {event.message}", file=sys.stderr)
     print(format_turn_table(result.traces))
     from voice.trace import format_summary, summarize
 
