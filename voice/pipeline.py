@@ -179,24 +179,22 @@ class VoicePipeline:
         return self._finishing > 0 or (reply is not None and reply.producing and not reply.held)
 
     @property
-    def history(self) -> list[dict[str, str]]:
+    def history(self) -> list[dict[str, Any]]:
         """The conversation as the LM sees it."""
         return self._lm.history
 
     # ----- input: audio -> VAD -> transcriber ----------------------------------------------------
 
     async def _input_loop(self) -> None:
-        try:
-            while True:
-                item = await self._input.get()
+        while True:
+            item = await self._input.get()
+            try:
                 if isinstance(item, PcmFrame):
                     self._process_audio(item)
                 else:
                     item()
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # a bug must not kill the session silently
-            self._emit(PipelineError(f"input stage failed: {err!r}", "input_failed"))
+            except Exception as err:  # one bad frame must not stop the caller being heard
+                self._emit(PipelineError(f"input stage failed: {err!r}", "input_failed"))
 
     def _process_audio(self, frame: PcmFrame) -> None:
         if self.config.turn.barge_in == "ignore_while_speaking" and self._assistant_audible():
