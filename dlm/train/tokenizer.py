@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 PAD, IM_START, IM_END, MASK, TOOL_CALL, TOOL_CALL_END = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<tool_call>", "</tool_call>")
@@ -43,8 +43,12 @@ CHAT_TEMPLATE = (
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
-    """A byte-level BPE over `texts` with the special tokens at ids 0..5."""
+    """A byte-level BPE over `texts` with the special tokens at ids 0..5.
+
+    Input is lower-cased: the corpus is speech-recognition text, so typed text ("What is the capital of
+    France?") should reach the model in the same form."""
     tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.Lowercase()
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,

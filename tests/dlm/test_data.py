@@ -85,6 +85,7 @@ def test_tokenizer_round_trip_and_special_tokens(tokenizer_and_corpus) -> None:
         assert tokenizer.decode(ids, skip_special_tokens=False) == text
     for special in SPECIAL_TOKENS:
         assert tokenizer.encode(f"a{special}b").ids[1] == tokenizer.token_to_id(special)
+    assert tokenizer.encode("What is the Capital of FRANCE").ids == tokenizer.encode("what is the capital of france").ids
 
 
 def test_targets_are_exactly_the_assistant_turns(tokenizer_and_corpus) -> None:
