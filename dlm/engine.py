@@ -1,7 +1,8 @@
 """The in-process engine: sessions, streaming of final text, cancellation, and a sync ``generate``.
 
-All model work runs on one worker thread, one forward pass per step, so the event loop stays responsive,
-several sessions interleave pass by pass, and a cancelled stream simply stops being stepped. Text is
+All model work runs on one worker thread, so the event loop stays responsive; a scheduler steps every live
+generation there pass by pass and runs compatible passes of different sessions as one batched forward
+(:mod:`dlm.scheduler`); a cancelled stream simply stops being stepped. Text is
 yielded the moment it is final (the contiguous decoded prefix of the current block), UTF-8 safe.
 
 Block-causal families decode with :mod:`dlm.decoding.block_causal` on the session's exact KV cache. The
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
+import queue
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +30,7 @@ from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
 from dlm.effort import Knobs, resolve
 from dlm.model import Transformer
+from dlm.scheduler import Delivery, Job, Scheduler
 from dlm.session import Session
 from dlm.tokenizer import IncrementalDecoder, Tokenizer
 
@@ -123,6 +127,7 @@ class Engine:
         self.worker = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="dlm-model", initializer=_init_worker, initargs=(torch.get_num_threads(),)
         )
+        self.scheduler = Scheduler(self.model, self.worker)
 
     @classmethod
     def from_dir(cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu") -> Engine:
@@ -185,8 +190,8 @@ class Engine:
         return Knobs(**clean), seed
 
     def _steps(self, session: Session, ids: list[int], knobs: Knobs, seed: int | None, run: _Run,
-               stop_ids: frozenset[int]) -> Iterator[Commit]:
-        """The whole generation as a generator; each ``next`` is one forward pass (or the prefill)."""
+               stop_ids: frozenset[int]) -> Generator[Commit | bc.Pass, torch.Tensor | None, None]:
+        """The whole generation: commits, and the passes it needs (run by the scheduler, maybe batched)."""
         generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         cfg = self.model.cfg
         ctx = cfg.max_position_embeddings
@@ -203,7 +208,7 @@ class Engine:
         state = session.state(len(ids) + policy.max_new_tokens + 2 * policy.block_size)
         run.prefill_ms = (time.perf_counter() - t) * 1000
         yield Commit([], 0, False)  # a step boundary: cancellation may land between prefill and decoding
-        yield from bc.decode(cfg, state, list(ids), policy, state.last_logits, generator)
+        yield from bc.decode_passes(cfg, state, list(ids), policy, state.last_logits, generator)
 
     async def stream(self, prompt: Prompt, session: Session | None = None, **opts: Any) -> AsyncIterator[str]:
         """Final text pieces as they are decoded. Cancelling frees the session's cache memory.
@@ -218,39 +223,51 @@ class Engine:
         run = _Run(self.tokenizer, len(ids))
         steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()))
         loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Delivery] = asyncio.Queue()
+
+        def deliver(item: Delivery) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop may be gone once the consumer is
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        job = Job(steps, deliver)
+        self.scheduler.add(job)
         cancelled = False
         try:
-            while True:
-                commit = await loop.run_in_executor(self.worker, next, steps, None)
-                if commit is None:
-                    break
-                piece = run.take(commit, knobs.max_new_tokens)
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                piece = run.take(item, knobs.max_new_tokens)
                 if piece:
                     yield piece
         except asyncio.CancelledError:
             cancelled = True
             raise
         finally:
-            # Runs after any in-flight pass (the worker is FIFO): close the generator, free on cancel.
-            self.worker.submit(_finish, steps, session if cancelled else None)
+            # On the worker, after any pass in flight: the generator is closed; a cancel frees the cache.
+            self.scheduler.cancel(job, session.release if cancelled else None)
             session.last_result = run.result()
 
     def generate(self, prompt: Prompt, session: Session | None = None,
                  on_piece: Callable[[str], None] | None = None, **opts: Any) -> GenerationResult:
-        """Blocking generation; ``on_piece`` sees each text piece as it becomes final."""
+        """Blocking generation (not from the model worker); ``on_piece`` sees each final text piece."""
         tools = opts.get("tools")
         knobs, seed = self.knobs(**opts)
         ids = self.prompt_ids(prompt, tools)
         session = session or self.new_session()
         run = _Run(self.tokenizer, len(ids))
         steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()))
+        inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        job = Job(steps, inbox.put)
+        self.scheduler.add(job)
         try:
-            while (commit := self.run_on_worker(next, steps, None)) is not None:
-                piece = run.take(commit, knobs.max_new_tokens)
+            while (item := inbox.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                piece = run.take(item, knobs.max_new_tokens)
                 if piece and on_piece is not None:
                     on_piece(piece)
         finally:
-            self.run_on_worker(steps.close)
+            self.scheduler.cancel(job)
         session.last_result = run.result()
         return session.last_result
 
@@ -258,12 +275,6 @@ class Engine:
 def _init_worker(threads: int) -> None:
     torch.set_grad_enabled(False)
     torch.set_num_threads(threads)
-
-
-def _finish(steps: Iterator[Commit], session: Session | None) -> None:
-    steps.close()  # type: ignore[attr-defined]
-    if session is not None:
-        session.release()
 
 
 def _bidirectional_steps(

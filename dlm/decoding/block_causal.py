@@ -19,7 +19,7 @@ exactness baseline).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -111,10 +111,10 @@ class CachedForward:
             hidden = self.model.hidden_states(torch.cat((pending, window))[None], attn_mask=mask, cache=self.cache)[0]
         finally:
             self.cache.store = False
-        self._committed(pending, None)
+        self.record_commit(pending, None)
         return F.linear(hidden[done + rows], self.model.output_weight())
 
-    def _committed(self, window: torch.Tensor, last_logits: torch.Tensor | None) -> None:
+    def record_commit(self, window: torch.Tensor, last_logits: torch.Tensor | None) -> None:
         self.cache.commit(window.shape[0])
         self.tokens.extend(window.tolist())
         self.ends.append(self.cache.length)
@@ -126,7 +126,7 @@ class CachedForward:
             hidden = self.model.hidden_states(window[None], cache=self.cache)[0]
         finally:
             self.cache.store = False
-        self._committed(window, F.linear(hidden[-1], self.model.output_weight()))
+        self.record_commit(window, F.linear(hidden[-1], self.model.output_weight()))
         return self.last_logits
 
     def extend(self, ids: list[int], block_size: int) -> None:
@@ -222,6 +222,22 @@ def _choose(policy: BlockPolicy, conf: torch.Tensor, share: int) -> torch.Tensor
     return most_confident(conf, every, share)
 
 
+@dataclass
+class Pass:
+    """A forward pass a decoder asks for: ``rows`` given = denoise (logits at rows), None = commit."""
+
+    forward: BlockForward
+    window: torch.Tensor
+    rows: torch.Tensor | None
+    pending: torch.Tensor | None = None
+
+
+def run_pass(p: Pass) -> torch.Tensor:
+    if p.rows is None:
+        return p.forward.commit(p.window)
+    return p.forward.denoise(p.window, p.rows, p.pending)
+
+
 def decode(
     cfg: ModelConfig,
     forward: BlockForward,
@@ -237,6 +253,33 @@ def decode(
     each committed window. ``last_logits`` are the logits of position ``forward.length - 1`` (needed by
     token-shift families when the cache holds the whole prompt).
     """
+    steps = decode_passes(cfg, forward, tokens, policy, last_logits, generator)
+    try:
+        result = None
+        while True:
+            try:
+                item = steps.send(result)
+            except StopIteration:
+                return
+            if isinstance(item, Pass):
+                result = run_pass(item)
+            else:
+                result = None
+                yield item
+    finally:
+        steps.close()
+
+
+def decode_passes(
+    cfg: ModelConfig,
+    forward: BlockForward,
+    tokens: list[int],
+    policy: BlockPolicy,
+    last_logits: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Generator[Commit | Pass, torch.Tensor | None, None]:
+    """:func:`decode` with its forward passes handed to the caller: each :class:`Pass` it yields must be
+    answered with ``send(run_pass(p))`` — or with the result of a batched run (see :mod:`dlm.batching`)."""
     if not tokens:
         raise ValueError("the prompt is empty: give at least one token")
     if len(tokens) - forward.length >= policy.block_size:
@@ -267,7 +310,7 @@ def decode(
                 if not shares and policy.threshold is None:
                     shares = transfer_counts(int(masked.sum()), policy.passes_per_block or 1)
                 rows = candidates.nonzero()[:, 0]
-                logits = _no_mask(forward.denoise(window, rows - 1 if shift else rows, pending), mask_id)
+                logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)
                 pending = None
                 progress.passes += 1
                 picked, conf = pick_tokens(logits, policy.sampling, generator)
@@ -283,7 +326,7 @@ def decode(
                 return
         tokens.extend(window[known - start:].tolist())
         if shift:  # the next window starts from this one's last logit: commit now, in a pass of its own
-            last_logits = forward.commit(window)
+            last_logits = yield Pass(forward, window, None)
             progress.passes += 1
         else:
             pending = window
