@@ -45,11 +45,18 @@ CHAT_TEMPLATE = (
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     """A byte-level BPE over `texts` with the special tokens at ids 0..5.
 
-    Input is lower-cased: the corpus is speech-recognition text, so typed text ("What is the capital of
-    France?") should reach the model in the same form."""
+    Spaces are tokens of their own and digits are split one by one, so a word or a number is the same ids
+    wherever it stands: "brazil" after a space in the request and after a quote in the tool call's JSON.
+    Copying a value is then copying ids, which a small model learns fast and which carries over to values
+    it never saw. Input is lower-cased: the corpus is speech-recognition text, so typed text ("What is the
+    capital of France?") reaches the model in the same form."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(" ", behavior="isolated"),
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -57,7 +64,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path) -> None:
+def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path, max_length: int) -> None:
     """tokenizer.json plus a tokenizer_config.json carrying the chat template and special-token roles."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,7 +79,7 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path) -> None:
         "eos_token": IM_END,
         "pad_token": PAD,
         "mask_token": MASK,
-        "model_max_length": 256,
+        "model_max_length": max_length,
         "chat_template": CHAT_TEMPLATE,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -101,7 +101,7 @@ def learning_rate(run: RunConfig, step: int) -> float:
 def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path, trained_block_sizes: list[int]) -> None:
     """A checkpoint directory the engine loads like any other SDAR checkpoint."""
     save_checkpoint(model, out_dir, "bfloat16")
-    save_tokenizer(tokenizer, out_dir)
+    save_tokenizer(tokenizer, out_dir, model.cfg.max_position_embeddings)
     write_generation_config(model.cfg, tokenizer, out_dir, trained_block_sizes)
 
 
