@@ -90,30 +90,31 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 2)
 
 
-def bench_engine(engine: Engine, prompt: list[int], gen: int, block: int, passes: int, repeats: int
-                 ) -> tuple[Row, dict[str, float]]:
+Sample = dict[str, float]  # one measurement of a method: first_block_ms, cold_first_block_ms, tokens_per_s, ...
+
+
+def engine_sampler(engine: Engine, prompt: list[int], gen: int, block: int, passes: int
+                   ) -> Callable[[], Sample]:
     opts = dict(max_new_tokens=gen, passes_per_block=passes, block_size=block)
-    warm, cold, text, rates = [], [], [], []
-    session = engine.new_session(capacity=len(prompt) + gen + 4 * block)
+    capacity = len(prompt) + gen + 4 * block
+    session = engine.new_session(capacity=capacity)
     session.prefill(prompt)
     engine.generate(prompt, session=session, **opts)  # warm-up
-    for _ in range(repeats):
-        r = engine.generate(prompt, session=session, **opts)  # the prompt's blocks are already cached
-        warm.append(r.first_block_ms)
-        text.append(r.first_text_ms or r.first_block_ms)
-        rates.append(len(r.token_ids) / r.total_ms * 1000)
-        fresh = engine.new_session(capacity=len(prompt) + gen + 4 * block)
-        cold.append(engine.generate(prompt, session=fresh, **opts).first_block_ms)
-    row = Row(len(prompt), "engine", _median(warm), _median(cold), _median(rates), _median(text))
-    schedules = {}
-    for name, first in (("fixed", None), ("first_block_4", 4)):
-        runs = [engine.generate(prompt, session=session, first_block_size=first, **opts) for _ in range(repeats)]
-        schedules[name] = _median([r.first_text_ms or r.first_block_ms for r in runs])
-    return row, schedules
+
+    def sample() -> Sample:
+        warm = engine.generate(prompt, session=session, **opts)  # the prompt's blocks are already cached
+        small = engine.generate(prompt, session=session, first_block_size=block // 2, **opts)
+        cold = engine.generate(prompt, session=engine.new_session(capacity=capacity), **opts)
+        return {"first_block_ms": warm.first_block_ms, "cold_first_block_ms": cold.first_block_ms,
+                "tokens_per_s": len(warm.token_ids) / warm.total_ms * 1000,
+                "first_text_ms": warm.first_text_ms or warm.first_block_ms,
+                "first_text_ms_small_first_block": small.first_text_ms or small.first_block_ms}
+    return sample
 
 
-def bench_ar(model: Transformer, prompt: list[int], gen: int, first: int, repeats: int) -> Row:
-    """Greedy one-token-per-pass decoding with a causal KV cache."""
+def ar_sampler(model: Transformer, prompt: list[int], gen: int, first: int) -> Callable[[], Sample]:
+    """Greedy one-token-per-pass decoding with a causal KV cache; the first token comes from the prompt's
+    last logit, so ``first`` tokens take ``first - 1`` passes once the prompt is cached."""
     cfg, device = model.cfg, model.output_weight().device
     cache = KVCache(cfg, len(prompt) + gen + 1, dtype=model.output_weight().dtype, device=device)
     ids = torch.tensor(prompt, device=device)
@@ -125,7 +126,7 @@ def bench_ar(model: Transformer, prompt: list[int], gen: int, first: int, repeat
     def decode(last: torch.Tensor, n: int) -> None:
         cache.truncate(len(prompt))
         cache.store = True
-        for _ in range(n - 1):  # the first token comes from the prompt's last logit
+        for _ in range(n - 1):
             hidden = model.hidden_states(last.argmax().view(1, 1), cache=cache)
             cache.commit(1)
             last = F.linear(hidden[0, -1], model.output_weight())
@@ -134,55 +135,75 @@ def bench_ar(model: Transformer, prompt: list[int], gen: int, first: int, repeat
     with torch.no_grad():
         last = prefill()
         decode(last, first)  # warm-up
-        warm = [_ms(lambda: decode(last, first)) for _ in range(repeats)]
-        cold = [_ms(lambda: decode(prefill(), first)) for _ in range(repeats)]
-        rate = [gen / _ms(lambda: decode(last, gen)) * 1000 for _ in range(repeats)]
-    return Row(len(prompt), "ar", _median(warm), _median(cold), _median(rate))
+
+    @torch.no_grad()
+    def sample() -> Sample:
+        return {"first_block_ms": _ms(lambda: decode(last, first)),
+                "cold_first_block_ms": _ms(lambda: decode(prefill(), first)),
+                "tokens_per_s": gen / _ms(lambda: decode(last, gen)) * 1000}
+    return sample
 
 
-def bench_vanilla(model: Transformer, prompt: list[int], gen: int, block: int, passes: int, repeats: int,
-                  canvas_tokens: int) -> Row:
-    """Full-canvas diffusion: prompt + a fixed canvas of masks, full attention, every pass over all, no cache."""
+def vanilla_sampler(model: Transformer, prompt: list[int], block: int, passes: int, canvas_tokens: int
+                    ) -> Callable[[], Sample]:
+    """Full-canvas diffusion: prompt + a fixed canvas of masks, full attention, every pass over all, no cache.
+    Every block costs the same, so tokens/s follows from the first block's time."""
     cfg, device = model.cfg, model.output_weight().device
-    canvas = torch.tensor(prompt + [cfg.mask_token_id] * max(canvas_tokens, gen), device=device)
+    canvas = torch.tensor(prompt + [cfg.mask_token_id] * canvas_tokens, device=device)
 
-    def run(n_blocks: int) -> None:
+    def first_block() -> None:
         x = canvas.clone()
-        for b in range(n_blocks):
-            start = len(prompt) + b * block
-            for share in transfer_counts(block, passes):
-                hidden = model.hidden_states(x[None])[0, start:start + block]  # full attention, no cache
-                logits = F.linear(hidden, model.output_weight())
-                conf, tok = torch.softmax(logits.float(), -1).max(-1)
-                masked = x[start:start + block] == cfg.mask_token_id
-                pick = torch.where(masked, conf, torch.full_like(conf, -1.0)).topk(share).indices
-                x[start + pick] = tok[pick]
+        start = len(prompt)
+        for share in transfer_counts(block, passes):
+            hidden = model.hidden_states(x[None])[0, start:start + block]  # full attention, no cache
+            conf, tok = torch.softmax(F.linear(hidden, model.output_weight()).float(), -1).max(-1)
+            masked = x[start:start + block] == cfg.mask_token_id
+            pick = torch.where(masked, conf, torch.full_like(conf, -1.0)).topk(share).indices
+            x[start + pick] = tok[pick]
 
     with torch.no_grad():
-        run(1)  # warm-up
-        first = [_ms(lambda: run(1)) for _ in range(repeats)]
-        rate = [gen / _ms(lambda: run(gen // block)) * 1000 for _ in range(max(1, repeats // 2))]
-    return Row(len(prompt), "vanilla", _median(first), _median(first), _median(rate))
+        first_block()  # warm-up
+
+    @torch.no_grad()
+    def sample() -> Sample:
+        ms = _ms(first_block)
+        return {"first_block_ms": ms, "cold_first_block_ms": ms, "tokens_per_s": block / ms * 1000}
+    return sample
 
 
 def run_bench(shape_name: str, prompt_lengths: list[int], block: int = 8, passes: int = 2, gen: int = 32,
               repeats: int = 5, dtype: str = "float32", device: str = "cpu", canvas: int = 128) -> dict:
+    """Methods are measured round-robin, one sample each per repeat, so load from elsewhere on the machine
+    hits all of them alike; every figure is a median."""
     shape = SHAPES[shape_name]
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    engine = random_engine(shape, block, max(prompt_lengths) + gen + 8 * block, torch_dtype, device)
+    canvas = max(canvas, gen)
+    engine = random_engine(shape, block, max(prompt_lengths) + canvas + 8 * block, torch_dtype, device)
     rows, schedules = [], {}
     gen_ids = torch.Generator().manual_seed(1)
     try:
         for length in prompt_lengths:
             prompt = torch.randint(0, shape.vocab - 1, (length,), generator=gen_ids).tolist()
-            row, schedules[str(length)] = bench_engine(engine, prompt, gen, block, passes, repeats)
-            rows += [row, bench_ar(engine.model, prompt, gen, block, repeats),
-                     bench_vanilla(engine.model, prompt, gen, block, passes, repeats, canvas)]
+            samplers = {"engine": engine_sampler(engine, prompt, gen, block, passes),
+                        "ar": ar_sampler(engine.model, prompt, gen, block),
+                        "vanilla": vanilla_sampler(engine.model, prompt, block, passes, canvas)}
+            samples: dict[str, list[Sample]] = {name: [] for name in samplers}
+            for _ in range(repeats):
+                for name, sample in samplers.items():
+                    samples[name].append(sample())
+            for name, got in samples.items():
+                med = {k: _median([g[k] for g in got]) for k in got[0]}
+                rows.append(Row(length, name, med["first_block_ms"], med["cold_first_block_ms"],
+                                med["tokens_per_s"], med.get("first_text_ms")))
+                if name == "engine":
+                    schedules[str(length)] = {"fixed": med["first_text_ms"],
+                                              f"first_block_{block // 2}": med["first_text_ms_small_first_block"]}
     finally:
         engine.close()
     return {
         "shape": shape_name, "shape_dims": asdict(shape), "block_size": block, "passes_per_block": passes,
-        "gen_tokens": gen, "vanilla_canvas_tokens": max(canvas, gen), "repeats": repeats, "dtype": dtype, "device": device, "threads": torch.get_num_threads(),
+        "gen_tokens": gen, "vanilla_canvas_tokens": canvas, "repeats": repeats, "dtype": dtype, "device": device,
+        "threads": torch.get_num_threads(),
         "note": f"random weights: fixed {passes} passes per block of {block} (confidences are meaningless)",
         "rows": [asdict(r) for r in rows], "ratios": _ratios(rows),
         "first_text_ms_by_schedule": schedules,
@@ -217,7 +238,8 @@ def format_table(report: dict) -> str:
                      f"{q['vanilla_over_engine_first_block']}x sooner than vanilla (cold: "
                      f"{q['ar_over_engine_cold']}x, {q['vanilla_over_engine_cold']}x)")
     for length, s in report["first_text_ms_by_schedule"].items():
-        lines.append(f"prompt {length}: first text ms, fixed blocks {s['fixed']} vs first block 4: {s['first_block_4']}")
+        small = next(k for k in s if k != "fixed")
+        lines.append(f"prompt {length}: first text ms, fixed blocks {s['fixed']} vs {small}: {s[small]}")
     return "\n".join(lines)
 
 
