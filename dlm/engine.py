@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import queue
 import time
@@ -198,7 +199,7 @@ class Engine:
         room = ctx - len(ids) - 2 * (knobs.block_size or cfg.block_size)
         if room < 1:
             raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({ctx})")
-        knobs = Knobs(**{**knobs.__dict__, "max_new_tokens": min(knobs.max_new_tokens, room)})
+        knobs = dataclasses.replace(knobs, max_new_tokens=min(knobs.max_new_tokens, room))
         if cfg.bidirectional:
             yield from _bidirectional_steps(self.model, ids, knobs, stop_ids, seed)
             return

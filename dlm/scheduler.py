@@ -48,13 +48,19 @@ class Scheduler:
             self._kick()
 
     def cancel(self, job: Job, on_close: Callable[[], None] | None = None) -> None:
-        """Stop stepping ``job``; ``on_close`` runs on the worker once its generator is closed."""
+        """Stop stepping ``job``; ``on_close`` runs on the worker once its generator is closed, before any
+        work submitted to the worker after this call."""
+        job.closed, job.on_close = True, on_close
+        self.worker.submit(self._close, job)
+
+    def _close(self, job: Job) -> None:
         with self._lock:
-            if job in self.jobs:
-                job.closed, job.on_close = True, on_close
-                self._kick()
-            elif on_close is not None:
-                self.worker.submit(on_close)
+            live = job in self.jobs
+        if live:
+            self._drop(job)
+        elif job.on_close is not None:  # it had already ended
+            job.on_close, close = None, job.on_close
+            close()
 
     def _kick(self) -> None:  # with the lock held
         if self.jobs and not self._scheduled:
@@ -66,7 +72,8 @@ class Scheduler:
             self.jobs.remove(job)
         job.steps.close()
         if job.on_close is not None:
-            job.on_close()
+            job.on_close, close = None, job.on_close
+            close()
 
     def _finish(self, job: Job, outcome: Delivery) -> None:
         job.deliver(outcome)
