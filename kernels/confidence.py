@@ -2,9 +2,10 @@
 
 ``select_confident`` is the call the decoding strategies make after each forward pass: pick a
 token and its confidence for every still-masked position, commit those at or above the
-threshold (at least one), and update the block in place. On CUDA it runs two Triton launches
-that read the logits once; elsewhere it runs the torch reference with identical semantics
-(see ``kernels.reference``), so results agree up to float rounding of the confidence.
+threshold (above it when ``strict``; at least one), and update the block in place. On CUDA it
+runs two Triton launches that read the logits once; elsewhere it runs the torch reference with
+identical semantics (see ``kernels.reference``), so results agree up to float rounding of the
+confidence.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def confidence_and_token(
     masked: torch.Tensor | None = None,
     *,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    tempered: bool = False,
     path: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Chosen token and its softmax probability per position, without committing anything.
@@ -77,7 +79,9 @@ def confidence_and_token(
     ``logits`` is ``[N, V]`` or ``[B, N, V]``; returns ``(conf fp32, token int64)`` of shape
     ``logits.shape[:-1]``. Positions with ``masked`` False get ``-inf`` / ``-1`` (and cost no
     work on the Triton path). For strategies that rank positions themselves (top-k per step).
-    ``out`` optionally names contiguous ``(conf, token)`` buffers to write into.
+    ``out`` optionally names contiguous ``(conf, token)`` buffers to write into. ``tempered``:
+    the confidence of a sample is its probability under ``softmax(logits / temperature)``
+    rather than the untempered softmax.
     """
     _check_block(logits, masked, None)
     lead = tuple(logits.shape[:-1])
@@ -88,7 +92,7 @@ def confidence_and_token(
         raise ValueError(f"out must be contiguous (fp32, int64) tensors of shape {lead}")
     seed = _seed(generator_seed, temperature)
     if kernel_path(path, logits.device) == "torch":
-        conf, token = reference.confidence_and_token_ref(logits, temperature, _ref_seed(seed), masked)
+        conf, token = reference.confidence_and_token_ref(logits, temperature, _ref_seed(seed), masked, tempered)
         if out is None:
             return conf, token
         return out[0].copy_(conf), out[1].copy_(token)
@@ -99,7 +103,7 @@ def confidence_and_token(
     mk = None if masked is None else (masked if batched else masked.unsqueeze(0))
     bufs = None if out is None else tuple(t if batched else t.unsqueeze(0) for t in out)
     conf, token, _ = confidence_triton.confidence_select(
-        lg, mk, None, 0.0, temperature, _triton_seed(seed, temperature, logits.device), out=bufs
+        lg, mk, None, 0.0, temperature, _triton_seed(seed, temperature, logits.device), out=bufs, tempered=tempered
     )
     return (conf, token) if batched else (conf[0], token[0])
 
@@ -112,6 +116,8 @@ def select_confident(
     temperature: float = 0.0,
     generator_seed: int | torch.Tensor | None = None,
     *,
+    strict: bool = False,
+    tempered: bool = False,
     path: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One confidence-threshold decoding step for a block, updating ``ids`` and ``masked`` in place.
@@ -120,20 +126,25 @@ def select_confident(
     mask token), ``ids`` int64 ``[N]``. Every masked position gets a token (argmax at temperature
     0, a Gumbel-max sample of ``logits/temperature`` otherwise, reproducible for a given
     ``generator_seed``: an int, or a 1-element int64 device tensor under CUDA graphs) and a
-    confidence (its probability under ``softmax(logits)``); those with confidence
-    ``>= threshold`` are committed, and if none is, the single most confident masked one is. Returns ``(ids, masked, committed_count)`` where the count is an int64 tensor (0-d, or
-    ``[B]``) left on the device so the step never forces a host sync. ``path`` is a
-    ``kernels.dispatch`` setting ("auto", "triton", "torch").
+    confidence (its probability under ``softmax(logits)``, or with ``tempered`` under
+    ``softmax(logits / temperature)``); those with confidence ``>= threshold`` (``> threshold``
+    when ``strict``) are committed, and if none is, the single most confident masked one is
+    (ties: the lowest position). Returns ``(ids, masked, committed_count)`` where the count is
+    an int64 tensor (0-d, or ``[B]``) left on the device so the step never forces a host sync.
+    ``path`` is a ``kernels.dispatch`` setting ("auto", "triton", "torch").
     """
     _check_block(logits, masked, ids)
     seed = _seed(generator_seed, temperature)
     if kernel_path(path, logits.device) == "torch":
-        return reference.select_confident_ref(logits, masked, ids, threshold, temperature, _ref_seed(seed))
+        return reference.select_confident_ref(
+            logits, masked, ids, threshold, temperature, _ref_seed(seed), strict, tempered
+        )
     from kernels import confidence_triton
 
     batched = logits.dim() == 3
     lg, mk, ix = (t if batched else t.unsqueeze(0) for t in (logits, masked, ids))
     _, _, count = confidence_triton.confidence_select(
-        lg, mk, ix, threshold, temperature, _triton_seed(seed, temperature, logits.device)
+        lg, mk, ix, threshold, temperature, _triton_seed(seed, temperature, logits.device),
+        strict=strict, tempered=tempered,
     )
     return ids, masked, count if batched else count[0]

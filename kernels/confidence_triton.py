@@ -36,7 +36,7 @@ def _partials_kernel(
     seed_ptr,
     part_max_ptr, part_sum_ptr, part_score_ptr, part_idx_ptr, part_logit_ptr,
     N, V, chunk, inv_temp,
-    HAS_MASK: tl.constexpr, NOISE: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_MASK: tl.constexpr, NOISE: tl.constexpr, TEMPERED: tl.constexpr, BLOCK_V: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -61,6 +61,8 @@ def _partials_kernel(
     for start in range(lo, hi, BLOCK_V):
         offs = start + cols
         x = tl.load(row_ptr + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
+        if TEMPERED:  # the softmax (and so the confidence) of the tempered logits
+            x = x * inv_temp
         new_max = tl.maximum(run_max, tl.max(x, 0))
         run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(x - new_max), 0)
         run_max = new_max
@@ -68,7 +70,7 @@ def _partials_kernel(
             counter = (row.to(tl.int64) * V + offs).to(tl.uint32)
             bits = _mix32(counter ^ seed_mix)
             u = ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
-            score = x * inv_temp - tl.log(-tl.log(u))
+            score = (x if TEMPERED else x * inv_temp) - tl.log(-tl.log(u))
             tile_best, tile_arg = tl.max(score, 0, return_indices=True, return_indices_tie_break_left=True)
             tile_logit = tl.sum(tl.where(cols == tile_arg, x, 0.0), 0)
         else:
@@ -93,7 +95,8 @@ def _select_kernel(
     ids_ptr, stride_ib, stride_in,
     conf_ptr, token_ptr, count_ptr,
     N, n_splits, threshold,
-    HAS_MASK: tl.constexpr, COMMIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+    HAS_MASK: tl.constexpr, COMMIT: tl.constexpr, STRICT: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0)
     rn = tl.arange(0, BLOCK_N)
@@ -121,7 +124,7 @@ def _select_kernel(
     tl.store(conf_ptr + b * N + rn, conf, mask=in_block)
     tl.store(token_ptr + b * N + rn, token, mask=in_block)
     if COMMIT:
-        passes = candidate & (conf >= threshold)
+        passes = candidate & ((conf > threshold) if STRICT else (conf >= threshold))
         n_pass = tl.sum(passes.to(tl.int32), 0)
         _, fallback = tl.max(tl.where(candidate, conf, -1.0), 0, return_indices=True,
                              return_indices_tie_break_left=True)
@@ -151,12 +154,15 @@ def confidence_select(
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     block_v: int | None = None,
     splits: int | None = None,
+    strict: bool = False,
+    tempered: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch both stages on batched ``[B, N, V]`` logits; commits in place when ``ids`` is given.
 
     Returns ``(conf [B, N] fp32, token [B, N] int64, count [B] int64 or None)``. ``seed`` is a
     1-element int64 device tensor (so CUDA graphs can change it between replays); ``out`` are
-    optional contiguous ``[B, N]`` buffers for conf and token.
+    optional contiguous ``[B, N]`` buffers for conf and token. ``strict`` and ``tempered`` as in
+    ``kernels.reference.commit_ref`` / ``confidence_and_token_ref``.
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:
@@ -184,7 +190,7 @@ def confidence_select(
         seed_arg,
         part_max, part_sum, part_score, part_idx, part_logit,
         N, V, chunk, 1.0 / temperature if noise else 1.0,
-        HAS_MASK=has_mask, NOISE=noise, BLOCK_V=block_v,
+        HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, BLOCK_V=block_v,
         num_warps=8 if block_v >= 2048 else 4,
     )  # fmt: skip
     if out is None:
@@ -199,7 +205,7 @@ def confidence_select(
         ids if commit else token, ids.stride(0) if commit else 0, ids.stride(1) if commit else 0,
         conf, token, count if commit else token,
         N, n_splits, float(threshold),
-        HAS_MASK=has_mask, COMMIT=commit,
+        HAS_MASK=has_mask, COMMIT=commit, STRICT=strict,
         BLOCK_N=triton.next_power_of_2(N), BLOCK_S=triton.next_power_of_2(n_splits),
     )  # fmt: skip
     return conf, token, count

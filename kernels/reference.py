@@ -43,19 +43,25 @@ def confidence_and_token_ref(
     temperature: float = 0.0,
     seed: int = 0,
     masked: torch.Tensor | None = None,
+    tempered: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per position: the chosen token and its probability under ``softmax(logits)``.
 
     At temperature 0 the token is the argmax (ties go to the lowest index, as ``torch.argmax``);
-    above 0 it is a Gumbel-max sample of ``logits / temperature``. The confidence is always the
-    probability of that token under the untempered softmax (the LLaDA / Fast-dLLM convention).
-    Positions outside ``masked`` (when given) get confidence ``-inf`` and token ``-1``.
+    above 0 it is a Gumbel-max sample of ``logits / temperature``. The confidence is the
+    probability of that token under the untempered softmax (the LLaDA / Fast-dLLM convention),
+    or with ``tempered`` under ``softmax(logits / temperature)``, the distribution it was drawn
+    from (the product decoder's rule). Positions outside ``masked`` (when given) get confidence
+    ``-inf`` and token ``-1``.
     """
     x = logits.float()
     lead = x.shape[:-1]
     flat = x.reshape(-1, x.shape[-1])
     if temperature > 0.0:
-        score = flat / temperature + gumbel_noise(seed, flat.shape[0], flat.shape[1], flat.device)
+        scaled = flat / temperature
+        score = scaled + gumbel_noise(seed, flat.shape[0], flat.shape[1], flat.device)
+        if tempered:
+            flat = scaled
     else:
         score = flat
     token = torch.argmax(score, dim=-1)
@@ -69,16 +75,22 @@ def confidence_and_token_ref(
 
 
 def commit_ref(
-    conf: torch.Tensor, token: torch.Tensor, masked: torch.Tensor, ids: torch.Tensor, threshold: float
+    conf: torch.Tensor,
+    token: torch.Tensor,
+    masked: torch.Tensor,
+    ids: torch.Tensor,
+    threshold: float,
+    strict: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Commit masked positions with ``conf >= threshold``; if none pass, the most confident one.
+    """Commit masked positions with ``conf >= threshold`` (``>`` when ``strict``, as Fast-dLLM v2
+    and the product decoder compare); if none pass, the most confident one.
 
     Updates ``ids`` and ``masked`` in place and returns them with the number committed per block
     (0-d for an unbatched block). Fallback ties go to the lowest position, as ``torch.argmax``.
     """
     batched = masked.dim() == 2
     c, t, m, i = (_as_batched(v, batched) for v in (conf, token, masked, ids))
-    passes = m & (c >= threshold)
+    passes = m & ((c > threshold) if strict else (c >= threshold))
     fallback = torch.argmax(torch.where(m, c, torch.full_like(c, -1.0)), dim=-1)
     need = (passes.sum(-1) == 0) & m.any(-1)
     one_hot = torch.zeros_like(passes)
@@ -97,10 +109,12 @@ def select_confident_ref(
     threshold: float,
     temperature: float = 0.0,
     seed: int = 0,
+    strict: bool = False,
+    tempered: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Confidence-threshold parallel decoding of one step for a block (see ``commit_ref``)."""
-    conf, token = confidence_and_token_ref(logits, temperature, seed, masked)
-    return commit_ref(conf, token, masked, ids, threshold)
+    conf, token = confidence_and_token_ref(logits, temperature, seed, masked, tempered)
+    return commit_ref(conf, token, masked, ids, threshold, strict)
 
 
 def _lengths(cache_len: int | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:

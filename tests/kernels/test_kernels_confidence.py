@@ -105,3 +105,55 @@ def test_bad_inputs_are_rejected():
         select_confident(logits.long(), ok_mask, ok_ids, 0.9)
     with pytest.raises(ValueError, match="temperature"):
         select_confident(logits, ok_mask, ok_ids, 0.9, temperature=-1.0)
+
+
+@pytest.mark.parametrize("path", ["triton", "torch"])
+def test_strict_threshold_leaves_a_tie_at_the_threshold_masked(path):
+    """``strict`` commits only confidences above the threshold (Fast-dLLM v2 and the product decoder)."""
+    gen = torch.Generator().manual_seed(21)
+    logits = (torch.randn(2, 9, 700, generator=gen) * 3).to(torch.bfloat16)
+    masked = torch.rand(2, 9, generator=gen) < 0.7
+    masked[:, :3] = True
+    conf, token = confidence_and_token(logits, masked=masked, path=path)
+    # Each block's threshold is exactly its third most confident masked position's confidence.
+    third = conf.topk(3, dim=-1)
+    threshold = float(third.values[0, 2])
+    for strict in (False, True):
+        ids, m = torch.full((2, 9), -7, dtype=torch.int64), masked.clone()
+        _, _, count = select_confident(logits, m, ids, threshold, strict=strict, path=path)
+        passes = masked & ((conf > threshold) if strict else (conf >= threshold))
+        none = ~passes.any(-1)
+        passes[none, conf[none].argmax(-1)] = True
+        passes &= masked
+        assert torch.equal(~m & masked, passes) and torch.equal(count, passes.sum(-1))
+        assert torch.equal(ids[passes], token[passes]) and bool((ids[~passes] == -7).all())
+        assert bool(passes[0, third.indices[0, 2]]) is not strict
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_tempered_confidence_is_the_probability_under_the_sampled_distribution(splits):
+    from kernels import confidence_triton
+
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(1, 7, 1000, generator=gen) * 3
+    masked = torch.tensor([[True, True, False, True, True, True, False]])
+    temperature, seed = 0.6, 99
+    conf_r, tok_r = reference.confidence_and_token_ref(logits, temperature, seed, masked, tempered=True)
+    out = (torch.full((1, 7), float("nan")), torch.full((1, 7), -(2**40), dtype=torch.int64))
+    conf_k, tok_k, _ = confidence_triton.confidence_select(
+        logits, masked, None, 0.0, temperature, torch.tensor([seed]), out=out, block_v=128, splits=splits,
+        tempered=True,
+    )
+    assert torch.equal(tok_k, tok_r)
+    torch.testing.assert_close(conf_k[masked], conf_r[masked], atol=1e-6, rtol=1e-4)
+    want = torch.softmax(logits / temperature, -1).gather(-1, tok_r.clamp(min=0)[..., None])[..., 0]
+    torch.testing.assert_close(conf_r[masked], want[masked])
+    untempered, _ = reference.confidence_and_token_ref(logits, temperature, seed, masked)
+    assert not torch.allclose(untempered[masked], conf_r[masked])
+    # Committing on the tempered confidence: the kernel and the reference pick the same positions.
+    results = {}
+    for path in ("triton", "torch"):
+        ids, m = torch.zeros(1, 7, dtype=torch.int64), masked.clone()
+        select_confident(logits, m, ids, 0.3, temperature, seed, strict=True, tempered=True, path=path)
+        results[path] = (ids, m)
+    assert all(torch.equal(a, b) for a, b in zip(results["triton"], results["torch"], strict=True))
