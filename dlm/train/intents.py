@@ -271,9 +271,20 @@ def _capital_reply(ctx: Context, country: str, result: dict[str, Any]) -> str:
     return capital
 
 
+def pseudo_word(rng: random.Random) -> str:
+    """A made-up place name ("kelmaria"): with many of these in the slot, the model cannot memorise the
+    country list and must learn to copy whatever name it heard, which carries over to held-out countries."""
+    syllables = [rng.choice("bcdfghjklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 3))]
+    return "".join(syllables) + rng.choice(["", "ia", "land", "stan", "ora", "n", "r"])
+
+
 def _country(ctx: Context) -> str:
-    if ctx.rng.random() < 0.05:
+    draw = ctx.rng.random()
+    if draw < 0.03:
         return ctx.choice(UNKNOWN_COUNTRIES)
+    if draw < 0.35:
+        name = pseudo_word(ctx.rng)
+        return name if name not in CAPITALS else ctx.choice(UNKNOWN_COUNTRIES)
     return ctx.value(lambda r: r.choice(sorted(CAPITALS)), key=lambda c: f"country:{c}")
 
 

@@ -6,7 +6,7 @@ tokens see clean blocks up to their own (block-causal), which is exactly the att
 decoding time with the earlier blocks in the KV cache. Within each noisy block a rate t ~ U(eps, 1) is drawn
 and each target token is masked with probability t; the loss is cross-entropy on the masked tokens.
 Blocks are aligned at absolute position 0, as in the engine, so an answer usually starts mid-block after
-clean prompt tokens.
+clean prompt tokens; see `decoding_targets` for what counts as a target.
 """
 
 from __future__ import annotations
@@ -33,12 +33,29 @@ class Batch:
     tokens: int  # real (unpadded) tokens in the batch
 
 
+def decoding_targets(item: Encoded, block_size: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids padded to a whole block and the positions to learn, as decoding sees them.
+
+    At decoding time everything after the first generated position of a block is masked, including what
+    follows the answer's <|im_end|>. So in every block that holds a target, all later positions are targets
+    too (the next turn's opening tokens, or end-of-text padding after the dialogue): were they left clean,
+    the model would learn to end its answer where it sees the next turn begin, a cue it never has live.
+    """
+    length = len(item.ids)
+    padded = -(-length // block_size) * block_size
+    ids = torch.tensor(item.ids + [pad_id] * (padded - length))
+    targets = torch.tensor(item.targets + [False] * (padded - length))
+    pos = torch.arange(padded)
+    block = pos // block_size
+    first = torch.full((padded // block_size,), padded).scatter_reduce(0, block[targets], pos[targets], "amin")
+    return ids, pos >= first[block]
+
+
 def make_batch(items: list[Encoded], block_size: int, mask_id: int, pad_id: int, eps: float,
                inverse_t: bool, generator: torch.Generator) -> Batch:
     noisy_rows, clean_rows = [], []
     for item in items:
-        ids = torch.tensor(item.ids)
-        targets = torch.tensor(item.targets)
+        ids, targets = decoding_targets(item, block_size, pad_id)
         pos = torch.arange(len(ids))
         block = pos // block_size
         chosen = torch.unique(block[targets])

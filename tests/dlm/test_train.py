@@ -9,7 +9,7 @@ import torch
 from dlm.checkpoint import load_checkpoint
 from dlm.train.config import from_dict
 from dlm.train.encode import Encoded
-from dlm.train.objective import make_batch
+from dlm.train.objective import decoding_targets, make_batch
 from dlm.train.train import train
 
 MASK, PAD = 3, 0
@@ -32,6 +32,14 @@ def test_batch_attention_and_masking() -> None:
     clean_mask = mask[4:, 4:]
     block = torch.arange(6) // 2
     assert torch.equal(clean_mask, block[None, :] <= block[:, None])  # block-causal
+
+
+def test_everything_after_a_blocks_first_target_is_learned() -> None:
+    # block 4: answer 13..15, next turn 16..18 (clean in the data), a second answer 19..20, then padding
+    item = Encoded(ids=list(range(10, 21)), targets=[False] * 3 + [True] * 3 + [False] * 3 + [True, True])
+    ids, targets = decoding_targets(item, block_size=4, pad_id=PAD)
+    assert ids.tolist() == [*range(10, 21), PAD]
+    assert targets.int().tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1]
 
 
 def tiny_run(tmp: Path, steps: int, checkpoint_every: int = 10) -> dict:
