@@ -21,6 +21,7 @@ from voice.events import (
     ReplyTextDelta,
     ResponseDone,
     SpeechStarted,
+    ToolCallEvent,
     TranscriptCompleted,
     TranscriptDelta,
 )
@@ -114,8 +115,12 @@ async def test_one_spoken_question_gets_a_spoken_reply_and_a_complete_trace(reso
     assert all(v is not None and v >= 0 for v in trace["durations_ms"].values())
     assert trace["transcript"] == completed.text and trace["reply"] == done.text
 
-    assert [m["role"] for m in pipeline.history[-2:]] == ["user", "assistant"]
-    assert pipeline.history[-1]["content"] == done.text
+    users = [m["content"] for m in pipeline.history if m["role"] == "user"]
+    assert users == [completed.text]
+    assert pipeline.history[-1] == {"role": "assistant", "content": done.text}
+    # A tool the model called sits between the question and the answer, with its real result.
+    for call in of_type(result, ToolCallEvent):
+        assert {"role": "tool", "name": call.name, "content": call.result} in pipeline.history
 
 
 async def test_barge_in_clears_audio_and_history_keeps_only_what_was_played(resources: Resources) -> None:
