@@ -56,6 +56,8 @@ class LmConfig:
     tools: bool = True
     """Let the model call the tools of ``dlm.tools`` (results go back to it before it answers)."""
     max_tool_rounds: int = 2
+    fallback_reply: str = "sorry, I did not get that."
+    """Said when the model produces nothing speakable (after a tool call, the tool's own spoken result)."""
 
     def checkpoint_path(self) -> Path:
         path = Path(self.checkpoint).expanduser()

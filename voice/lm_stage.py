@@ -108,6 +108,15 @@ def _partial_tag_len(text: str) -> int:
     return 0
 
 
+def _spoken_result(result: str) -> str | None:
+    """The words a tool result offers for speech (its ``spoken`` field), if any."""
+    try:
+        spoken = json.loads(result).get("spoken")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return spoken if isinstance(spoken, str) and spoken.strip() else None
+
+
 def parse_tool_call(body: str) -> tuple[str, dict[str, Any]]:
     """``{"name": ..., "arguments": {...}}`` -> (name, arguments); a malformed call raises ValueError."""
     try:
@@ -200,6 +209,7 @@ class LmStage:
         """
         if user_text is not None:
             self.history.append({"role": "user", "content": user_text})
+        spoke, fallback = False, self.config.fallback_reply
         async with self._lock:
             self._prefilled = None
             for round_no in range(self.config.max_tool_rounds + 1):
@@ -208,17 +218,21 @@ class LmStage:
                 call_body: str | None = None
                 async for piece in self.engine.stream(self.history, session=self.session, **self._stream_options()):
                     text, call_body = splitter.push(piece)
+                    if text.strip():
+                        spoke = True
                     if text:
                         yield text
                     if call_body is not None:
                         break
                 if call_body is None or round_no == self.config.max_tool_rounds:
-                    if tail := splitter.flush():
-                        yield tail
+                    tail = splitter.flush()
+                    if tail.strip() or not spoke:
+                        yield tail if tail.strip() else fallback  # never leave the caller in silence
                     return
                 if before_tool is not None:
                     await before_tool()
                 call = self._run_tool(call_body)
+                fallback = _spoken_result(call.result) or fallback
                 self.history.append({"role": "assistant", "content": "", "tool_calls": [
                     {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
                 self.history.append({"role": "tool", "name": call.name, "content": call.result})

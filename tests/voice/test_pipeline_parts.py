@@ -97,3 +97,13 @@ def test_config_errors_name_the_problem(tmp_path) -> None:
     bad.write_text("[vad\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(str(bad))
+
+
+def test_a_tool_result_offers_its_spoken_words_as_the_fallback_reply() -> None:
+    from voice.lm_stage import _spoken_result
+
+    assert _spoken_result('{"result": 48, "spoken": "forty-eight"}') == "forty-eight"
+    assert _spoken_result('{"capital": "paris"}') is None
+    assert _spoken_result('{"spoken": "  "}') is None
+    assert _spoken_result("not json") is None
+    assert _spoken_result("[1, 2]") is None
