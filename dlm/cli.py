@@ -36,6 +36,8 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    p.add_argument("--kernels", choices=("auto", "torch", "triton"), default="auto",
+                   help="token selection on the Triton kernels or in torch (auto: Triton on CUDA)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
 
@@ -47,8 +49,8 @@ def _run_generate(args: argparse.Namespace) -> int:
         print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
         return 2
     try:
-        engine = Engine.from_dir(args.model, dtype=args.dtype)
-    except CheckpointError as exc:
+        engine = Engine.from_dir(args.model, dtype=args.dtype, kernels=args.kernels)
+    except (CheckpointError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     prompt = [{"role": "user", "content": args.prompt}] if args.prompt is not None else args.raw

@@ -34,6 +34,7 @@ from dlm.model import Transformer
 from dlm.scheduler import Delivery, Job, Scheduler
 from dlm.session import Session
 from dlm.tokenizer import IncrementalDecoder, Tokenizer
+from kernels.dispatch import kernel_path
 
 T = TypeVar("T")
 Prompt = str | Sequence[int] | Sequence[dict[str, Any]]
@@ -117,10 +118,14 @@ class Engine:
         tokenizer: Tokenizer,
         device: str | torch.device | None = None,
         trained_block_sizes: Sequence[int] = (),
+        kernels: str = "auto",
     ) -> None:
+        """``kernels``: "auto" (the Triton kernel path on CUDA, torch otherwise; ``DLM_KERNELS`` may force
+        either), "triton" or "torch"; resolved once here, so a forced path that cannot run fails now."""
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else model.output_weight().device
+        self.kernels = kernel_path(kernels, self.device)
         self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
         self.trained_block_sizes = tuple(trained_block_sizes)
         # One thread for all model work; autograd off there, once (generators interleave on it), and the
@@ -131,12 +136,14 @@ class Engine:
         self.scheduler = Scheduler(self.model, self.worker)
 
     @classmethod
-    def from_dir(cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu") -> Engine:
+    def from_dir(
+        cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu", kernels: str = "auto"
+    ) -> Engine:
         """Load a checkpoint directory (see :mod:`dlm.checkpoint`)."""
         model, tokenizer = load_checkpoint(path, dtype, device)
         gen_file = Path(path) / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.exists() else {}
-        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()))
+        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()), kernels)
 
     def close(self) -> None:
         self.worker.shutdown(wait=True)
@@ -203,7 +210,7 @@ class Engine:
         if cfg.bidirectional:
             yield from _bidirectional_steps(self.model, ids, knobs, stop_ids, seed)
             return
-        policy = resolve(cfg, knobs, stop_ids, self.trained_block_sizes)
+        policy = dataclasses.replace(resolve(cfg, knobs, stop_ids, self.trained_block_sizes), kernels=self.kernels)
         t = time.perf_counter()
         session.prefill_now(ids, policy.block_size)
         state = session.state(len(ids) + policy.max_new_tokens + 2 * policy.block_size)

@@ -12,6 +12,10 @@ is predicted by the last committed logit, so it is filled without a pass (the re
 "autoregressive extra token"), after a commit pass of its own. Other families commit a finished window in
 the same forward pass as the first denoising pass of the next one (same result, one pass fewer per block).
 
+Token selection runs on the fused Triton kernel when ``BlockPolicy.kernels`` resolves to it (CUDA, or forced),
+with the same rule as the torch path: the argmax (or a sample) per row, every row strictly above the threshold,
+at least the most confident one.
+
 The decoder talks to the model through a :class:`BlockForward`: :class:`CachedForward` is the engine's,
 :class:`RecomputeForward` runs the whole sequence under the equivalent block-causal mask every pass (the
 exactness baseline).
@@ -28,11 +32,21 @@ import torch.nn.functional as F
 
 from dlm.config import ModelConfig
 from dlm.decoding import Commit
-from dlm.decoding.confidence import GREEDY, Sampling, above_threshold, most_confident, pick_tokens
+from dlm.decoding.confidence import (
+    GREEDY,
+    Sampling,
+    above_threshold,
+    above_threshold_fused,
+    fusable,
+    most_confident,
+    pick_tokens,
+    pick_tokens_fused,
+)
 from dlm.decoding.prefill import prefill_blocks
 from dlm.decoding.schedule import block_end, block_sizes, segment_mask, transfer_counts
 from dlm.kv_cache import KVCache
 from dlm.model import Transformer
+from kernels.dispatch import SETTINGS, kernel_path
 
 
 @dataclass(frozen=True)
@@ -47,8 +61,13 @@ class BlockPolicy:
     sampling: Sampling = GREEDY
     max_new_tokens: int = 128
     stop_ids: frozenset[int] = field(default_factory=frozenset)
+    # Token selection: "triton" = the fused confidence kernel, "torch" = plain torch, "auto" = triton on CUDA
+    # (see kernels.dispatch.kernel_path; the DLM_KERNELS variable can force either).
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.kernels not in SETTINGS:
+            raise ValueError(f"kernels must be one of {SETTINGS}, got {self.kernels!r}")
         if self.threshold is None and not self.passes_per_block:
             raise ValueError("give a confidence threshold or a number of passes per block")
         if self.passes_per_block is not None and self.passes_per_block < 1:
@@ -214,12 +233,17 @@ def _no_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
-def _choose(policy: BlockPolicy, conf: torch.Tensor, share: int) -> torch.Tensor:
-    """Which of the candidate rows to unmask this pass."""
+def _select(
+    policy: BlockPolicy, fused: bool, logits: torch.Tensor, share: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens for the candidate rows, and which of them to unmask this pass (``fused``: on the kernel path)."""
+    if fused and policy.threshold is not None:
+        return above_threshold_fused(logits, policy.sampling, policy.threshold, generator)
+    picked, conf = (pick_tokens_fused if fused else pick_tokens)(logits, policy.sampling, generator)
     every = torch.ones_like(conf, dtype=torch.bool)
     if policy.threshold is not None:
-        return above_threshold(conf, every, policy.threshold)
-    return most_confident(conf, every, share)
+        return picked, above_threshold(conf, every, policy.threshold)
+    return picked, most_confident(conf, every, share)
 
 
 @dataclass
@@ -285,6 +309,9 @@ def decode_passes(
     if len(tokens) - forward.length >= policy.block_size:
         raise ValueError("prefill the prompt's full blocks first: the uncommitted tail must fit in one block")
     mask_id, shift = cfg.mask_token_id, cfg.token_shift
+    # The kernel has no top-k / top-p filter: such sampling stays on the torch path.
+    fused = kernel_path(policy.kernels, forward.device) == "triton" and fusable(policy.sampling)
+    pick = pick_tokens_fused if fused else pick_tokens
     progress = _Progress(policy)
     sizes = block_sizes(policy.first_blocks, policy.block_size)
     pending: torch.Tensor | None = None  # a finished window whose KV rides along the next pass
@@ -299,7 +326,7 @@ def decode_passes(
             if shift and bool(masked[0]):
                 if last_logits is None:
                     raise ValueError("a token-shift model needs the last committed logits to start a window")
-                token, _ = pick_tokens(_no_mask(last_logits[None].clone(), mask_id), policy.sampling, generator)
+                token, _ = pick(_no_mask(last_logits[None].clone(), mask_id), policy.sampling, generator)
                 window[0], masked[0] = token[0], False
             else:
                 first = int(masked.nonzero()[0])
@@ -313,8 +340,8 @@ def decode_passes(
                 logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)
                 pending = None
                 progress.passes += 1
-                picked, conf = pick_tokens(logits, policy.sampling, generator)
-                chosen = _choose(policy, conf, max(1, shares.pop(0)) if shares else 1)
+                share = max(1, shares.pop(0)) if shares else 1
+                picked, chosen = _select(policy, fused, logits, share, generator)
                 window[rows[chosen]] = picked[chosen]
                 masked[rows[chosen]] = False
             done = not bool(masked.any())

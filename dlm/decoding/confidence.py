@@ -3,6 +3,9 @@
 Greedy is the default (argmax; confidence = softmax probability of the argmax). Temperature / top-k / top-p
 sampling works on float32 logits (never float64 over the vocabulary) and reports the probability of the
 sampled token under the filtered distribution, which is what every reference sampler thresholds on.
+
+The ``*_fused`` variants are the same selection on the Triton kernel path (:mod:`kernels.confidence`): one
+streaming pass over the logits, the probabilities never materialised.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+import kernels
 
 
 @dataclass(frozen=True)
@@ -94,3 +99,56 @@ def most_confident(conf: torch.Tensor, candidates: torch.Tensor, count: int) -> 
     chosen = torch.zeros_like(candidates)
     chosen[torch.topk(scores, min(count, scores.numel())).indices] = True
     return chosen & candidates
+
+
+def fusable(sampling: Sampling) -> bool:
+    """Whether the fused kernel expresses ``sampling``: it has no top-k / top-p filter."""
+    return sampling.top_k == 0 and sampling.top_p == 1
+
+
+def _kernel_seed(sampling: Sampling, generator: torch.Generator | None) -> torch.Tensor | None:
+    """This pass's Gumbel seed, drawn from ``generator`` on its own device (no host sync).
+
+    None (greedy, or no generator) lets the kernel need none or draw one from torch's default generator.
+    """
+    if sampling.temperature == 0 or generator is None:
+        return None
+    return torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device)
+
+
+def _check_fusable(sampling: Sampling) -> None:
+    if not fusable(sampling):
+        raise ValueError("the fused confidence kernel has no top-k / top-p filter; use pick_tokens")
+
+
+def pick_tokens_fused(
+    logits: torch.Tensor, sampling: Sampling = GREEDY, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`pick_tokens` on the kernel path: the same argmax and confidence (up to float rounding).
+
+    A sample follows the same distribution with the same confidence (its tempered probability) but comes
+    from another random stream: Gumbel-max noise seeded from ``generator``, not ``torch.multinomial``.
+    """
+    _check_fusable(sampling)
+    seed = _kernel_seed(sampling, generator)
+    conf, tokens = kernels.confidence_and_token(logits, sampling.temperature, seed, tempered=True, path="triton")
+    return tokens, conf
+
+
+def above_threshold_fused(
+    logits: torch.Tensor, sampling: Sampling, threshold: float, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`pick_tokens_fused` then :func:`above_threshold` over every row, in the kernel's two launches.
+
+    Returns (tokens [N], chosen [N] bool); tokens of rows not chosen are -1. The kernel's strict test and its
+    at-least-one fallback (ties to the lowest row) are exactly :func:`above_threshold`'s rule.
+    """
+    _check_fusable(sampling)
+    n = logits.shape[0]
+    undecided = torch.ones(n, dtype=torch.bool, device=logits.device)
+    tokens = torch.full((n,), -1, dtype=torch.int64, device=logits.device)
+    seed = _kernel_seed(sampling, generator)
+    kernels.select_confident(
+        logits, undecided, tokens, threshold, sampling.temperature, seed, strict=True, tempered=True, path="triton"
+    )
+    return tokens, ~undecided
