@@ -119,12 +119,16 @@ class ToolCallStream:
         return self._close_unnamed(self.buffer)
 
     def _text_step(self) -> list[Delta] | None:
+        stray = self.buffer.find(CLOSE)
         start = self.buffer.find(OPEN)
+        if stray >= 0 and (start < 0 or stray < start):  # a closing tag with no call open: model noise
+            before, self.buffer = self.buffer[:stray], self.buffer[stray + len(CLOSE):]
+            return [ContentDelta(before)] if before else []
         if start >= 0:
             before, self.buffer = self.buffer[:start], self.buffer[start + len(OPEN):]
             self.in_call, self._named, self._args = True, False, None
             return [ContentDelta(before)] if before else []
-        keep = partial_prefix_length(self.buffer, OPEN)
+        keep = max(partial_prefix_length(self.buffer, OPEN), partial_prefix_length(self.buffer, CLOSE))
         emit = self.buffer[: len(self.buffer) - keep]
         if not emit:
             return None

@@ -91,6 +91,11 @@ def test_parser_splits_text_and_calls_at_any_piece_boundary():
         assert json.loads("".join(d.arguments for d in calls)) == {"city": 'Pa}r"is'}
 
 
+def test_parser_drops_stray_closing_tags():
+    deltas = _parse(['<tool_call>{"name": "f", "arguments": {}}</tool_call></tool_call>ok</tool_', "call>"])
+    assert "".join(d.text for d in deltas if isinstance(d, ContentDelta)) == "ok"
+
+
 def test_parser_gives_back_text_that_is_not_a_call():
     deltas = _parse(["a < b and <tool_call>not json</tool_call>"])
     assert "".join(d.text for d in deltas) == "a < b and <tool_call>not json"
