@@ -107,5 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # the server parses its own options, --help included
+        return _run_serve(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     return COMMANDS[args.command][1](args)

@@ -1,0 +1,37 @@
+"""`python -m dlm serve` starts the API on loopback with the options it is given."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from tests.conftest import FIXTURES, ROOT
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_subcommand_serves_models_endpoint():
+    port = _free_port()
+    cmd = [sys.executable, "-m", "dlm", "serve", "--model", str(FIXTURES / "sdar" / "checkpoint"), "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as r:
+                    body = json.load(r)
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read().decode()
+                assert time.monotonic() < deadline, "server did not come up within 60 s"
+                time.sleep(0.3)
+        assert body["object"] == "list" and body["data"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
