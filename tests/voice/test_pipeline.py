@@ -192,7 +192,7 @@ async def test_speech_resuming_in_the_hangover_discards_the_speculative_final(re
 
 def long_hangover(resources: Resources, barge_in: str = "vad") -> PipelineConfig:
     """A hangover long enough for the speculative final and reply to start inside it on any machine."""
-    return resources.config.replace(vad={"hangover_ms": 4000}, turn={"barge_in": barge_in})
+    return resources.config.replace(vad={"hangover_ms": 3000}, turn={"barge_in": barge_in})
 
 
 @pytest.mark.parametrize("barge_in", ["vad", "ignore_while_speaking"])
@@ -205,13 +205,13 @@ async def test_reply_started_in_the_hangover_is_held_until_the_turn_ends(resourc
     assert trace["asr_final"] < turn_end, "the final transcript was ready inside the hangover"
     assert trace["first_audio_out"] >= turn_end, "but nothing was heard before the turn ended"
     assert not audible_after(result, 0) or first_audible(result.output) / result.output_rate >= (
-        result.speech_spans[0][1] + 3.9
+        result.speech_spans[0][1] + 2.9
     )
     assert trace["speculative_replies_discarded"] == 0
 
 
 async def test_resuming_after_a_long_pause_discards_the_speculative_reply(resources: Resources) -> None:
-    gap = np.zeros(int(3.0 * CALLER_RATE), dtype=np.int16)
+    gap = np.zeros(int(2.0 * CALLER_RATE), dtype=np.int16)
     clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
     result, pipeline = await converse(resources, [clip], long_hangover(resources), fast=False, gap_s=0.3)
 
