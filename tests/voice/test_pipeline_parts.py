@@ -107,3 +107,16 @@ def test_a_tool_result_offers_its_spoken_words_as_the_fallback_reply() -> None:
     assert _spoken_result('{"spoken": "  "}') is None
     assert _spoken_result("not json") is None
     assert _spoken_result("[1, 2]") is None
+
+
+def test_voice_benchmark_report_compares_each_variant_with_the_full_design() -> None:
+    from latency_bench.voice_bench import format_report, report, stacked_bars_svg
+
+    def trace(v2v: float) -> dict:
+        return {"voice_to_voice_ms": v2v, "durations_ms": {"asr": v2v / 2, "lm": 10.0, "tts": v2v / 2 - 10, "output": 0.0}}
+
+    rep = report({"full": [trace(400), trace(600)], "baseline": [trace(800), trace(1200)]})
+    assert rep["voice_to_voice_ratio"] == {"baseline/full": {"p50": 2.0, "p95": 2.0}}
+    assert "voice-to-voice baseline/full: p50 x2.0" in format_report(rep)
+    svg = stacked_bars_svg(rep)
+    assert svg.startswith("<svg") and svg.count("<rect") == 8 + 4  # 4 stages x 2 variants, 4 legend keys
