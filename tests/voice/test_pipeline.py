@@ -40,8 +40,8 @@ needs_demo = pytest.mark.skipif(not HAVE_DEMO, reason="the demo checkpoint (dlm/
 def test_config() -> PipelineConfig:
     """The default config on whichever checkpoint is here; the fixture's replies are kept short."""
     base = load_config("default")
-    if HAVE_DEMO:
-        return base.replace(lm={"checkpoint": str(DEMO)})
+    if HAVE_DEMO:  # short replies keep a few turns inside the demo model's 256-token context
+        return base.replace(lm={"checkpoint": str(DEMO), "max_new_tokens": 32})
     return base.replace(lm={"checkpoint": str(FIXTURE), "max_new_tokens": 4, "tools": False})
 
 
@@ -135,7 +135,7 @@ async def test_barge_in_clears_audio_and_history_keeps_only_what_was_played(reso
     barge_start, barge_end = result.speech_spans[1]
     cut = barge_start + (pipeline.config.turn.barge_in_min_ms + 300) / 1000
     rate = result.output_rate
-    assert first_audible(result.output[int(barge_start * rate) - rate // 10 : int(barge_start * rate)]) is not None
+    assert first_audible(result.output[int((barge_start - 0.6) * rate) : int(barge_start * rate)]) is not None
     assert first_audible(result.output[int(cut * rate) : int(barge_end * rate)]) is None
     assert audible_after(result, barge_end), "the interruption was answered"
 
@@ -175,9 +175,10 @@ async def test_a_noise_over_the_reply_pauses_it_and_the_reply_resumes(resources:
 
 
 async def test_speech_resuming_in_the_hangover_discards_the_speculative_final(resources: Resources) -> None:
-    gap = np.zeros(int(0.2 * CALLER_RATE), dtype=np.int16)  # longer than silence_start, shorter than hangover
+    # The pause is well over silence_start_ms and under the hangover even with Piper's variable fade-out.
+    gap = np.zeros(int(0.2 * CALLER_RATE), dtype=np.int16)
     clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
-    result, pipeline = await converse(resources, [clip])
+    result, pipeline = await converse(resources, [clip], resources.config.replace(vad={"hangover_ms": 600}))
 
     [completed] = of_type(result, TranscriptCompleted)
     words = completed.text.lower()
