@@ -267,9 +267,7 @@ class VoicePipeline:
         turn.trace.mark("silence_started", self._arrival(event.timestamp))
         if not self.config.turn.speculative_asr:
             return
-        # Not start_final(event.timestamp): reusing a running partial as the final lost the words spoken
-        # after a resumed pause (tests/voice/test_pipeline.py, long pause), so the final is its own pass.
-        task = turn.transcriber.start_final()
+        task = turn.transcriber.start_final(event.timestamp)
         turn.speculative_final = task
         if self.config.turn.speculative_reply:
             task.add_done_callback(lambda done: self._on_speculative_final(turn, done))

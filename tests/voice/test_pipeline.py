@@ -212,7 +212,7 @@ async def test_reply_started_in_the_hangover_is_held_until_the_turn_ends(resourc
 
 
 async def test_resuming_after_a_long_pause_discards_the_speculative_reply(resources: Resources) -> None:
-    gap = np.zeros(int(2.0 * CALLER_RATE), dtype=np.int16)
+    gap = np.zeros(int(1.3 * CALLER_RATE), dtype=np.int16)  # Whisper may drop words after a much longer gap
     clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
     result, pipeline = await converse(resources, [clip], long_hangover(resources), fast=False, gap_s=0.3)
 
