@@ -22,14 +22,14 @@ Dream's quirks, all taken from its reference code (Fast-dLLM's ``dream/model/gen
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
 from dlm.bidirectional_cache import CanvasCache
-from dlm.decoding import Commit, DecodeParams
-from dlm.decoding.bidirectional import CacheMode, Family, stream_blocks
+from dlm.decoding.bidirectional import Family, stream_blocks
 from dlm.model import Transformer
 
 ALGS = ("maskgit_plus", "topk_margin", "entropy", "confidence_threshold")
@@ -246,17 +246,5 @@ def _probs_argmax(logits: torch.Tensor) -> torch.Tensor:
 DREAM = Family(name="dream", token_shift=True, schedule=linspace_schedule)
 
 
-def stream_generate(
-    model: Transformer,
-    prompt_ids: Iterable[int],
-    params: DecodeParams,
-    mask_id: int,
-    stop_ids: Iterable[int] = (),
-    *,
-    cache: CacheMode = "dual",
-    lookahead_blocks: int | None = 2,
-) -> Iterator[Commit]:
-    """Stream a Dream answer block by block (see :func:`dlm.decoding.bidirectional.stream_blocks`)."""
-    return stream_blocks(
-        DREAM, model, prompt_ids, params, mask_id, stop_ids, cache=cache, lookahead_blocks=lookahead_blocks
-    )
+# Stream a Dream answer block by block (see :func:`dlm.decoding.bidirectional.stream_blocks`).
+stream_generate = partial(stream_blocks, DREAM)

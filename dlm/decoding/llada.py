@@ -17,15 +17,15 @@ LLaDA's quirks, all taken from its reference code (ML-GSAI/LLaDA ``generate.py``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
 
 from dlm.bidirectional_cache import CanvasCache
-from dlm.decoding import Commit, DecodeParams
-from dlm.decoding.bidirectional import CacheMode, Family, stream_blocks
+from dlm.decoding.bidirectional import Family, stream_blocks
 from dlm.decoding.schedule import transfer_counts
 from dlm.model import Transformer
 
@@ -137,17 +137,5 @@ def generate(
 LLADA = Family(name="llada", token_shift=False, schedule=transfer_counts)
 
 
-def stream_generate(
-    model: Transformer,
-    prompt_ids: Iterable[int],
-    params: DecodeParams,
-    mask_id: int,
-    stop_ids: Iterable[int] = (),
-    *,
-    cache: CacheMode = "dual",
-    lookahead_blocks: int | None = 2,
-) -> Iterator[Commit]:
-    """Stream a LLaDA answer block by block (see :func:`dlm.decoding.bidirectional.stream_blocks`)."""
-    return stream_blocks(
-        LLADA, model, prompt_ids, params, mask_id, stop_ids, cache=cache, lookahead_blocks=lookahead_blocks
-    )
+# Stream a LLaDA answer block by block (see :func:`dlm.decoding.bidirectional.stream_blocks`).
+stream_generate = partial(stream_blocks, LLADA)
