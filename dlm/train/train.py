@@ -49,13 +49,22 @@ def model_config(run: RunConfig, tokenizer: Tokenizer) -> ModelConfig:
     )
 
 
+QK_NORM_GAIN = 1.5
+
+
 def init_weights(model: Transformer, seed: int) -> None:
-    """GPT-style small normal init: the default unit-variance embedding makes tied logits explode."""
+    """GPT-style small normal init: the default unit-variance embedding makes tied logits explode.
+
+    With q/k RMS-normed, an attention logit is at most sqrt(head_dim) times the two norm gains: 5.7 for
+    head_dim 32 at gain 1, too flat to pick one token out of a hundred, which copying a value needs. The
+    gains start at QK_NORM_GAIN so sharp attention is reachable from the first steps."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.dim() == 2:
                 param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.fill_(QK_NORM_GAIN)
             elif name.endswith("weight"):
                 param.fill_(1.0)
 
