@@ -76,12 +76,14 @@ class TwilioSide:
 async def test_phone_call_hears_speech_gets_marks_and_a_barge_in_clears(serve, new_pipeline, question) -> None:
     server = await serve(new_pipeline)
     caller = resample(question[0], 48000, 8000)
-    speech_only = resample(question[0][48000:-96000], 48000, 8000)
+    loud = np.flatnonzero(np.abs(caller.astype(np.int32)) > 500)
+    question_part = caller[: loud[-1] + 1]  # then silence only until the reply starts, however short it is
+    speech_only = caller[loud[0] : loud[-1] + 1]
     async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/phone/twilio", "ws")) as ws:
         phone = TwilioSide(ws)
         listener = asyncio.create_task(phone.listen())
         await phone.start()
-        await phone.say(caller)
+        await phone.say(question_part)
         async with asyncio.timeout(30):
             while phone.media_at is None:  # the reply has not started yet: keep the line open
                 await phone.say(np.zeros(FRAME * 5, dtype=np.int16))
