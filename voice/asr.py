@@ -1,7 +1,13 @@
 """Speech recognition: faster-whisper tiny.en, streamed with LocalAgreement-2 and a speculative final.
 
-Whisper pads every input to a 30 s window, so each pass costs a fixed few hundred ms on this CPU no
-matter how short the audio. Two consequences shape this module:
+Whisper was trained on 30 s windows and faster-whisper pads every input to one, so such a pass costs a
+fixed ~300 ms on this CPU however short the audio. CTranslate2's encoder also takes a shorter window, at
+a cost proportional to its length: partial passes over a turn that fits in ``partial_window_s`` (10 s)
+use one (~60-100 ms), so a partial still running when the person stops delays the final pass by that
+much at most instead of by up to a whole pass. Final passes keep the full 30 s window, which is surer
+on short audio (a 10 s window raises the no-speech probability of a lone first word). The exact audio
+length with no padding is not an option: the decoder then repeats itself until ``max_tokens``.
+Two more consequences of a pass being slow shape this module:
 
 * while the person talks, the growing turn buffer is re-transcribed every ``partial_interval_ms`` of new
   audio (only when no pass is already running, so a slow CPU simply gets fewer partials), and words
@@ -31,6 +37,10 @@ from voice.local_agreement import LocalAgreement
 from voice.models import whisper_model_dir
 
 ASR_RATE = 16000
+WHISPER_WINDOW_S = 30
+_MEL_FRAMES_PER_S = 100
+_SHORT_WINDOW_MIN_S = 1.0
+"""Shorter audio always gets the 30 s window: a lone first word in a 10 s one reads as no speech (0.85)."""
 _SPEECH_TAIL_S = 0.05
 """Audio a pass must have heard past the end of speech to stand in for the final pass."""
 _LOG = logging.getLogger(__name__)
@@ -89,6 +99,15 @@ class AsrConfig:
     """No partial pass starts on a chunk this far below the turn's loudest: the person is pausing or
     done, and a pass started now would hold the CPU just when the final pass needs it."""
     agreement_n: int = 2
+    partial_window_s: int = 10
+    """Encoder window of partial passes over turns that fit in it (seconds, 1..30; 30 = off). Finals
+    always get Whisper's full 30 s: a shorter window is ~5x cheaper but less sure on short audio."""
+    max_tokens: int = 224
+    """Decoding stops here (half of Whisper's text context): a 25 s turn is well under 100 tokens."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.partial_window_s <= WHISPER_WINDOW_S:
+            raise ValueError(f"asr partial_window_s must be 1..{WHISPER_WINDOW_S}, got {self.partial_window_s}")
 
 
 def guard_reason(text: str, no_speech_prob: float, avg_logprob: float, config: AsrConfig) -> str | None:
@@ -131,6 +150,7 @@ class WhisperAsr:
 
     def __init__(self, config: AsrConfig | None = None, model_dir: Path | None = None) -> None:
         from faster_whisper import WhisperModel
+        from faster_whisper.tokenizer import Tokenizer
 
         self.config = config or AsrConfig()
         self._model = WhisperModel(
@@ -140,37 +160,53 @@ class WhisperAsr:
             cpu_threads=self.config.cpu_threads,
             local_files_only=True,
         )
+        multilingual = self._model.model.is_multilingual
+        self._tokenizer = Tokenizer(self._model.hf_tokenizer, multilingual, task="transcribe", language="en")
+        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper")
         # The first pass allocates CTranslate2's buffers and costs about twice a warm one.
-        self._decode(np.zeros(ASR_RATE, dtype=np.int16))
+        self._decode(np.zeros(ASR_RATE, dtype=np.int16), WHISPER_WINDOW_S)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
-    def _decode(self, pcm: np.ndarray) -> tuple[str, float, float]:
-        segments, _ = self._model.transcribe(
-            pcm.astype(np.float32) / 32768.0,
-            language="en",
-            beam_size=self.config.beam_size,
-            temperature=0.0,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,
-            # The guard below decides with the raw figures; faster-whisper's own skipping would hide them.
-            no_speech_threshold=None,
-            log_prob_threshold=None,
-            compression_ratio_threshold=None,
-        )
-        segments = list(segments)
-        if not segments:
-            return "", 1.0, -100.0  # Whisper produced nothing at all: as sure as it gets that no one spoke
-        text = "".join(s.text for s in segments).strip()
-        no_speech = max(s.no_speech_prob for s in segments)
-        logprob = float(np.mean([s.avg_logprob for s in segments]))
-        return text, no_speech, logprob
+    def _decode(self, pcm: np.ndarray, window_s: int) -> tuple[str, float, float]:
+        """Greedy decoding of one window, without timestamps or previous-text conditioning.
 
-    def transcribe(self, samples: np.ndarray) -> Transcription:
-        """Blocking: transcribe 16 kHz PCM and apply the hallucination guard."""
+        faster-whisper's own ``transcribe`` would pad to 30 s; the model's encoder and generator are
+        called directly so the window can be shorter. Its fallbacks (temperature, compression ratio,
+        log-prob and no-speech skipping) are left out: the guard decides with the raw figures.
+        """
+        model = self._model
+        features = model.feature_extractor(pcm.astype(np.float32) / 32768.0)
+        frames = features.shape[1]
+        if frames > window_s * _MEL_FRAMES_PER_S or frames < _SHORT_WINDOW_MIN_S * _MEL_FRAMES_PER_S:
+            window_s = WHISPER_WINDOW_S
+        window = np.zeros((1, features.shape[0], window_s * _MEL_FRAMES_PER_S), dtype=np.float32)
+        heard = min(window.shape[2], features.shape[1])
+        window[0, :, :heard] = features[:, :heard]
+        result = model.model.generate(
+            model.encode(window),
+            [self._prompt],
+            beam_size=self.config.beam_size,
+            max_length=self.config.max_tokens,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
+        if not tokens:
+            return "", result.no_speech_prob, -100.0
+        text = self._tokenizer.decode(tokens).strip()
+        # scores[0] is the log-prob sum over the length; faster-whisper's average counts the end token too
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        return text, result.no_speech_prob, avg_logprob
+
+    def transcribe(self, samples: np.ndarray, window_s: int = WHISPER_WINDOW_S) -> Transcription:
+        """Blocking: transcribe 16 kHz PCM and apply the hallucination guard.
+
+        ``window_s``: the encoder window when the audio fits in it (see ``AsrConfig.partial_window_s``).
+        """
         pcm = as_pcm16(samples)
         audio_ms = 1000 * len(pcm) / ASR_RATE
         cfg = self.config
@@ -179,17 +215,17 @@ class WhisperAsr:
         if rms(pcm) < cfg.min_rms:
             return Transcription("", "", audio_ms, 0.0, None, None, "silence")
         start = time.perf_counter()
-        text, no_speech, logprob = self._decode(pcm)
+        text, no_speech, logprob = self._decode(pcm, window_s)
         compute_ms = 1000 * (time.perf_counter() - start)
         rejected = guard_reason(text, no_speech, logprob, cfg)
         return Transcription(
             "" if rejected else text, text, audio_ms, compute_ms, no_speech, logprob, rejected
         )
 
-    async def transcribe_async(self, samples: np.ndarray) -> Transcription:
+    async def transcribe_async(self, samples: np.ndarray, window_s: int = WHISPER_WINDOW_S) -> Transcription:
         """:meth:`transcribe` on the worker thread, so the event loop keeps moving audio meanwhile."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.transcribe, samples)
+        return await loop.run_in_executor(self._executor, self.transcribe, samples, window_s)
 
 
 @dataclass(frozen=True)
@@ -268,16 +304,16 @@ class StreamingTranscriber:
         due = 1000 * (self._samples - self._last_partial_at) / ASR_RATE >= self.partial_interval_ms
         if due and not quiet and self._final_task is None and self._partial is None:
             self._last_partial_at = self._samples
-            task = self._start_pass()
+            task = self._start_pass(self.asr.config.partial_window_s)
             self._partial = (task, self._samples)
             task.add_done_callback(self._partial_done_callback())
 
-    def _start_pass(self) -> asyncio.Task[Transcription]:
+    def _start_pass(self, window_s: int = WHISPER_WINDOW_S) -> asyncio.Task[Transcription]:
         if len(self._chunks) > 1:
             self._chunks = [np.concatenate(self._chunks)]
         audio = self._chunks[0] if self._chunks else np.zeros(0, dtype=np.int16)
         self.passes += 1
-        return asyncio.get_running_loop().create_task(self.asr.transcribe_async(audio))
+        return asyncio.get_running_loop().create_task(self.asr.transcribe_async(audio, window_s))
 
     def _partial_done_callback(self) -> Callable[[asyncio.Task[Transcription]], None]:
         generation = self._generation
@@ -315,7 +351,7 @@ class StreamingTranscriber:
 
         With ``speech_end`` (the silence_started timestamp) and the turn's ``audio_start``, a partial
         pass already running that heard all of the speech is taken as the final instead of queueing a
-        second pass behind it.
+        second pass behind it (its shorter window gave the same transcripts on the benchmark questions).
         """
         if self._final_task is None:
             covering = self._partial_covering(speech_end)
