@@ -103,7 +103,7 @@ class AsrConfig:
     """Encoder window of partial passes over turns that fit in it (seconds, 1..30; 30 = off). Finals
     always get Whisper's full 30 s: a shorter window is ~5x cheaper but less sure on short audio."""
     max_tokens: int = 224
-    """Decoding stops here (half of Whisper's text context): a 25 s turn is well under 100 tokens."""
+    """Decoding of one window stops here (half of Whisper's text context): 30 s of speech is ~100 tokens."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.partial_window_s <= WHISPER_WINDOW_S:
@@ -171,22 +171,30 @@ class WhisperAsr:
         self._executor.shutdown(wait=True)
 
     def _decode(self, pcm: np.ndarray, window_s: int) -> tuple[str, float, float]:
-        """Greedy decoding of one window, without timestamps or previous-text conditioning.
+        """Greedy decoding without timestamps or previous-text conditioning, window after window.
 
         faster-whisper's own ``transcribe`` would pad to 30 s; the model's encoder and generator are
         called directly so the window can be shorter. Its fallbacks (temperature, compression ratio,
         log-prob and no-speech skipping) are left out: the guard decides with the raw figures.
         """
-        model = self._model
-        features = model.feature_extractor(pcm.astype(np.float32) / 32768.0)
+        features = self._model.feature_extractor(pcm.astype(np.float32) / 32768.0)
         frames = features.shape[1]
-        if frames > window_s * _MEL_FRAMES_PER_S or frames < _SHORT_WINDOW_MIN_S * _MEL_FRAMES_PER_S:
+        if not _SHORT_WINDOW_MIN_S * _MEL_FRAMES_PER_S <= frames <= window_s * _MEL_FRAMES_PER_S:
             window_s = WHISPER_WINDOW_S
-        window = np.zeros((1, features.shape[0], window_s * _MEL_FRAMES_PER_S), dtype=np.float32)
-        heard = min(window.shape[2], features.shape[1])
-        window[0, :, :heard] = features[:, :heard]
-        result = model.model.generate(
-            model.encode(window),
+        size = window_s * _MEL_FRAMES_PER_S
+        windows = [self._decode_window(features[:, i : i + size], size) for i in range(0, frames, size)]
+        spoken = [w for w in windows if w[0]]
+        if not spoken:
+            return "", max(w[1] for w in windows), -100.0
+        text = " ".join(w[0] for w in spoken)
+        return text, max(w[1] for w in spoken), float(np.mean([w[2] for w in spoken]))
+
+    def _decode_window(self, features: np.ndarray, size: int) -> tuple[str, float, float]:
+        """Text, no-speech probability and average log-prob of up to ``size`` mel frames, zero-padded."""
+        window = np.zeros((1, features.shape[0], size), dtype=np.float32)
+        window[0, :, : features.shape[1]] = features
+        result = self._model.model.generate(
+            self._model.encode(window),
             [self._prompt],
             beam_size=self.config.beam_size,
             max_length=self.config.max_tokens,
@@ -197,10 +205,9 @@ class WhisperAsr:
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         if not tokens:
             return "", result.no_speech_prob, -100.0
-        text = self._tokenizer.decode(tokens).strip()
         # scores[0] is the log-prob sum over the length; faster-whisper's average counts the end token too
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        return text, result.no_speech_prob, avg_logprob
+        return self._tokenizer.decode(tokens).strip(), result.no_speech_prob, avg_logprob
 
     def transcribe(self, samples: np.ndarray, window_s: int = WHISPER_WINDOW_S) -> Transcription:
         """Blocking: transcribe 16 kHz PCM and apply the hallucination guard.
