@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from dlm.config import ModelConfig
+from dlm.kv_cache import allocate_kv
 
 
 class CanvasCache:
@@ -33,13 +34,7 @@ class CanvasCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
-        if capacity > cfg.max_position_embeddings:
-            raise ValueError(
-                f"canvas of {capacity} positions exceeds the model's context length {cfg.max_position_embeddings}"
-            )
-        shape = (cfg.num_layers, batch, cfg.num_kv_heads, capacity, cfg.head_dim)
-        self.k = torch.empty(shape, dtype=dtype, device=device)
-        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.k, self.v = allocate_kv(cfg, capacity, batch, dtype, device, "canvas")
         self.length = 0  # where the next pass's keys go; the model numbers positions from here
         self._visible = 0  # attend at least this far (the canvas end, for the dual cache)
 

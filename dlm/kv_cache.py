@@ -13,6 +13,16 @@ import torch
 from dlm.config import ModelConfig
 
 
+def allocate_kv(
+    cfg: ModelConfig, capacity: int, batch: int, dtype: torch.dtype, device: torch.device | str, what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-layer K and V buffers of ``capacity`` positions, refused beyond the model's context length."""
+    if capacity > cfg.max_position_embeddings:
+        raise ValueError(f"{what} of {capacity} positions exceeds the model's context length {cfg.max_position_embeddings}")
+    shape = (cfg.num_layers, batch, cfg.num_kv_heads, capacity, cfg.head_dim)
+    return torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+
+
 class KVCache:
     def __init__(
         self,
@@ -22,13 +32,7 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
-        if capacity > cfg.max_position_embeddings:
-            raise ValueError(
-                f"cache capacity {capacity} exceeds the model's context length {cfg.max_position_embeddings}"
-            )
-        shape = (cfg.num_layers, batch, cfg.num_kv_heads, capacity, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k, self.v = allocate_kv(cfg, capacity, batch, dtype, device, "KV cache")
         self.length = 0
         self.store = False
 
