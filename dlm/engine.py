@@ -224,12 +224,7 @@ class Engine:
         Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold,
         passes_per_block, sub_block, temperature, top_p, top_k, seed, tools, stop_ids (extra stop ids).
         """
-        tools = opts.get("tools")
-        knobs, seed = self.knobs(**opts)
-        ids = self.prompt_ids(prompt, tools)
-        session = session or self.new_session()
-        run = _Run(self.tokenizer, len(ids))
-        steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()))
+        knobs, session, run, steps = self._prepare(prompt, session, opts)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Delivery] = asyncio.Queue()
 
@@ -255,15 +250,21 @@ class Engine:
             self.scheduler.cancel(job, session.release if cancelled else None)
             session.last_result = run.result()
 
-    def generate(self, prompt: Prompt, session: Session | None = None,
-                 on_piece: Callable[[str], None] | None = None, **opts: Any) -> GenerationResult:
-        """Blocking generation (not from the model worker); ``on_piece`` sees each final text piece."""
-        tools = opts.get("tools")
+    def _prepare(
+        self, prompt: Prompt, session: Session | None, opts: dict[str, Any]
+    ) -> tuple[Knobs, Session, _Run, Generator[Commit | bc.Pass, torch.Tensor | None, None]]:
+        """What :meth:`stream` and :meth:`generate` both start from: knobs, the session, the run and its steps."""
         knobs, seed = self.knobs(**opts)
-        ids = self.prompt_ids(prompt, tools)
+        ids = self.prompt_ids(prompt, opts.get("tools"))
         session = session or self.new_session()
         run = _Run(self.tokenizer, len(ids))
         steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()))
+        return knobs, session, run, steps
+
+    def generate(self, prompt: Prompt, session: Session | None = None,
+                 on_piece: Callable[[str], None] | None = None, **opts: Any) -> GenerationResult:
+        """Blocking generation (not from the model worker); ``on_piece`` sees each final text piece."""
+        knobs, session, run, steps = self._prepare(prompt, session, opts)
         inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
         job = Job(steps, inbox.put)
         self.scheduler.add(job)
