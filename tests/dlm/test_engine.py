@@ -1,6 +1,7 @@
 """The engine on the fixture checkpoints: results, stops, max tokens, streaming, rollback, cancellation."""
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -68,7 +69,13 @@ def test_stream_matches_generate_and_keeps_loop_responsive(engine):
         task.cancel()
         return pieces, ticks
 
-    pieces, ticks = asyncio.run(main())
+    # Give each pass the few milliseconds a real model takes, so "the loop ran meanwhile" is observable
+    # rather than a race against a microsecond forward of the tiny fixture.
+    slow = engine.model.model.embed_tokens.register_forward_pre_hook(lambda module, args: time.sleep(0.003))
+    try:
+        pieces, ticks = asyncio.run(main())
+    finally:
+        slow.remove()
     assert "".join(pieces) == engine.generate(PROMPT, max_new_tokens=10, threshold=0.5).text
     assert ticks > len(pieces)  # the loop ran other tasks while passes ran on the worker
 
