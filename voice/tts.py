@@ -27,6 +27,11 @@ class TtsConfig:
     """Piper normalises each sentence to full scale; this leaves headroom so resampling cannot clip."""
     max_trailing_silence_ms: int = 150
     """Piper ends each sentence with up to ~280 ms of silence; this much is kept as the pause."""
+    noise_scale: float | None = None
+    """Generator noise; None keeps the voice's own. 0 (with ``noise_w_scale`` 0) makes the same text give
+    the same samples every time, which reproducible tests and benchmarks need."""
+    noise_w_scale: float | None = None
+    """Phoneme-duration noise; None keeps the voice's own."""
 
 
 _SILENCE_LEVEL = 300  # about -40 dBFS: below this a sample counts as silence
@@ -60,7 +65,9 @@ class PiperTts:
             model_path, default_config = piper_voice_files()
             config_path = config_path or default_config
         self._voice = PiperVoice.load(model_path, config_path)
-        self._syn_config = SynthesisConfig(length_scale=self.config.length_scale, volume=self.config.volume)
+        self._syn_config = SynthesisConfig(
+            length_scale=self.config.length_scale, volume=self.config.volume,
+            noise_scale=self.config.noise_scale, noise_w_scale=self.config.noise_w_scale)
         self.sample_rate: int = self._voice.config.sample_rate
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="piper")
         self.synthesize("Hello.")  # the first run sets up onnxruntime and costs ~3x a warm one

@@ -39,8 +39,9 @@ needs_capable_model = pytest.mark.skipif(not demo_answers_correctly(), reason=AN
 
 
 def test_config() -> PipelineConfig:
-    """The default config on whichever checkpoint is here; the fixture's replies are kept short."""
-    base = load_config("default")
+    """The default config on whichever checkpoint is here; the fixture's replies are kept short. Piper speaks
+    without its random noise, so a caller's clip and what Whisper hears in it are the same on every run."""
+    base = load_config("default").replace(tts={"noise_scale": 0.0, "noise_w_scale": 0.0})
     if HAVE_DEMO:  # short replies keep a few turns inside the demo model's 256-token context
         return base.replace(lm={"checkpoint": str(DEMO), "max_new_tokens": 32})
     return base.replace(lm={"checkpoint": str(FIXTURE), "max_new_tokens": 4, "tools": False})
@@ -214,7 +215,9 @@ async def test_reply_started_in_the_hangover_is_held_until_the_turn_ends(resourc
 
 
 async def test_resuming_after_a_long_pause_discards_the_speculative_reply(resources: Resources) -> None:
-    gap = np.zeros(int(1.3 * CALLER_RATE), dtype=np.int16)  # Whisper may drop words after a much longer gap
+    # Long enough for the speculative final and reply to start even on a loaded machine, and under the 3 s
+    # hangover; Whisper hears both halves of this (noise-free, so identical every run) clip across it.
+    gap = np.zeros(int(2.5 * CALLER_RATE), dtype=np.int16)
     clip = np.concatenate([trimmed(say(resources, "What is twelve")), gap, trimmed(say(resources, "times four?"))])
     result, pipeline = await converse(resources, [clip], long_hangover(resources), fast=False, gap_s=0.3)
 
