@@ -4,8 +4,9 @@ The engine has no hook for constraining a span yet, so `response_format` json_sc
 forced tool calls decode here. A grammar reads left to right while diffusion fills a block in any order, so
 each pass commits masked positions strictly left to right: the leftmost always (its best token among those
 the schema allows next), then each following one while its own allowed-best is at least `threshold`
-confident. Every committed token has been checked by the automaton, so the output is valid by
-construction. Token-shift families predict position i from output i-1, like the engine's decoder.
+confident. Every committed token has been checked by the automaton, and none is committed that leaves the
+JSON unable to close within `max_tokens`, so the output is valid by construction (given a budget at least
+the schema's shortest instance). Token-shift families predict position i from output i-1, like the engine's decoder.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def constrained_decode(
                 logits = forward.denoise(ids, rows - 1 if shift else rows)
             committed: list[int] = []
             for row in range(logits.shape[0]):
-                token, confidence = _pick(logits[row], constraint, sampling, generator)
+                token, confidence = _pick(logits[row], constraint, sampling, generator, max_tokens - generated)
                 if committed and confidence < threshold:
                     break
                 constraint.advance(token)
@@ -85,9 +86,10 @@ def constrained_decode(
 
 
 def _pick(logits: torch.Tensor, constraint: JsonSchemaConstraint, sampling: Sampling,
-          generator: torch.Generator | None) -> tuple[int, float]:
-    """The next token among those the schema allows, with its probability among them."""
-    allowed = constraint.allowed_token_ids()
+          generator: torch.Generator | None, budget: int) -> tuple[int, float]:
+    """The next token among those the schema allows and that can still close the JSON within `budget`
+    tokens, with its probability among them."""
+    allowed = constraint.allowed_token_ids(budget)
     if not allowed:
         raise RuntimeError(f"the schema allows no token after {constraint.text!r}")
     index = torch.tensor(allowed, device=logits.device)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
+from dlm.constrained.completion import CompletionCost
 from dlm.constrained.json_prefix import JsonPrefixAutomaton, State
 from dlm.constrained.schema import CompiledSchema
 
@@ -32,6 +33,8 @@ class TokenGrammar:
                 self._by_first.setdefault(text[0], []).append(token_id)
         self._steps: dict[tuple[State, str], State] = {}
         self._allowed: dict[State, tuple[int, ...]] = {}
+        self.cost = CompletionCost(self.automaton)
+        self._costs_after: dict[State, tuple[int, ...]] = {}
 
     def step(self, state: State, char: str) -> State:
         key = (state, char)
@@ -66,6 +69,21 @@ class TokenGrammar:
         return result
 
 
+    def allowed_within(self, state: State, budget: int) -> tuple[int, ...]:
+        """The allowed ids after which the JSON can still be finished and ended within `budget` tokens, this
+        one included: a non-stop token must leave a shortest completion of at most `budget` - 2 characters
+        (each a token of its own at worst), so one token always remains for the stop."""
+        ids = self.allowed(state)
+        costs = self._costs_after.get(state)
+        if costs is None:
+            costs = self._costs_after[state] = tuple(
+                -1 if t in self.stop_token_ids else self.cost.of(self.feed(state, self.vocab[t])) for t in ids)
+        if budget - 1 > max(costs, default=0):
+            return ids
+        in_time = tuple(t for t, cost in zip(ids, costs, strict=True) if cost < budget - 1)
+        return in_time or ids  # no completion fits any more: carry on, the caller reports the length stop
+
+
 @lru_cache(maxsize=32)
 def _grammar(schema_json: str, vocab: tuple[str, ...], stop_ids: tuple[int, ...], max_ws: int) -> TokenGrammar:
     return TokenGrammar(json.loads(schema_json), vocab, stop_ids, max_ws)
@@ -82,8 +100,14 @@ class JsonSchemaConstraint:
         self.text = ""
         self.stopped = False
 
-    def allowed_token_ids(self) -> tuple[int, ...]:
-        return () if self.stopped else self.grammar.allowed(self.state)
+    def allowed_token_ids(self, budget: int | None = None) -> tuple[int, ...]:
+        """What may come next; with `budget` (tokens left, this one included) only what can still close the
+        JSON in time."""
+        if self.stopped:
+            return ()
+        if budget is None:
+            return self.grammar.allowed(self.state)
+        return self.grammar.allowed_within(self.state, budget)
 
     def is_allowed(self, token_id: int) -> bool:
         if self.stopped:

@@ -46,6 +46,7 @@ class OptimConfig:
     block_sizes: list[int] = field(default_factory=lambda: [4, 8, 16])
     mask_eps: float = 0.05
     loss_weighting: str = "masked_mean"  # or "inverse_t" (the 1/t ELBO weighting of BD3-LM/LLaDA)
+    complementary_masks: bool = False  # a second noisy copy masking what the first left clean
     checkpoint_every: int = 200
     threads: int = 2
     max_minutes: float = 28.0  # stop, save and export if the run takes longer

@@ -7,6 +7,10 @@ decoding time with the earlier blocks in the KV cache. Within each noisy block a
 and each target token is masked with probability t; the loss is cross-entropy on the masked tokens.
 Blocks are aligned at absolute position 0, as in the engine, so an answer usually starts mid-block after
 clean prompt tokens; see `decoding_targets` for what counts as a target.
+
+With `complementary` masking each noisy block comes twice: the second copy masks exactly the target tokens
+the first left clean (rate 1 - t). Every target token then carries a loss on every step, for the price of
+the noisy half of the sequence only, since both copies read the same clean prefix.
 """
 
 from __future__ import annotations
@@ -51,8 +55,18 @@ def decoding_targets(item: Encoded, block_size: int, pad_id: int) -> tuple[torch
     return ids, pos >= first[block]
 
 
+def _noisy_copies(ids: torch.Tensor, keep: torch.Tensor, block_size: int,
+                  copies: list[tuple[torch.Tensor, torch.Tensor]], mask_id: int) -> tuple[torch.Tensor, ...]:
+    """The kept blocks once per (masked, rate) copy, concatenated: ids, positions, blocks, copy index,
+    labels, masked flags and rates."""
+    pos = torch.arange(len(ids))[keep]
+    parts = [(torch.where(masked, mask_id, ids)[keep], pos, pos // block_size, torch.full_like(pos, index),
+              ids[keep], masked[keep], rate[keep]) for index, (masked, rate) in enumerate(copies)]
+    return tuple(torch.cat(column) for column in zip(*parts, strict=True))
+
+
 def make_batch(items: list[Encoded], block_size: int, mask_id: int, pad_id: int, eps: float,
-               inverse_t: bool, generator: torch.Generator) -> Batch:
+               inverse_t: bool, generator: torch.Generator, complementary: bool = False) -> Batch:
     noisy_rows, clean_rows = [], []
     for item in items:
         ids, targets = decoding_targets(item, block_size, pad_id)
@@ -64,8 +78,10 @@ def make_batch(items: list[Encoded], block_size: int, mask_id: int, pad_id: int,
         token_rate = torch.zeros(len(ids))
         token_rate[keep] = rate[torch.searchsorted(chosen, block[keep])]
         masked = targets & (torch.rand(len(ids), generator=generator) < token_rate)
-        noisy_ids = torch.where(masked, mask_id, ids)[keep]
-        noisy_rows.append((noisy_ids, pos[keep], block[keep], ids[keep], masked[keep], token_rate[keep]))
+        copies = [(masked, token_rate)]
+        if complementary:
+            copies.append((targets & ~masked, 1 - token_rate))
+        noisy_rows.append(_noisy_copies(ids, keep, block_size, copies, mask_id))
         clean_rows.append((ids, pos, block))
     n_max = max(len(r[0]) for r in noisy_rows)
     l_max = max(len(r[0]) for r in clean_rows)
@@ -74,13 +90,14 @@ def make_batch(items: list[Encoded], block_size: int, mask_id: int, pad_id: int,
     positions = torch.zeros((len(items), size), dtype=torch.long)
     blocks = torch.full((len(items), size), _PAD_CLEAN_BLOCK)
     blocks[:, :n_max] = -1
+    copy = torch.full((len(items), size), -1)
     noisy = torch.zeros(size, dtype=torch.bool)
     noisy[:n_max] = True
     loss_index, labels, weights = [], [], []
-    for row, ((n_ids, n_pos, n_blk, n_lab, n_masked, n_rate), (c_ids, c_pos, c_blk)) in enumerate(
+    for row, ((n_ids, n_pos, n_blk, n_copy, n_lab, n_masked, n_rate), (c_ids, c_pos, c_blk)) in enumerate(
             zip(noisy_rows, clean_rows, strict=True)):
         n, length = len(n_ids), len(c_ids)
-        batch_ids[row, :n], positions[row, :n], blocks[row, :n] = n_ids, n_pos, n_blk
+        batch_ids[row, :n], positions[row, :n], blocks[row, :n], copy[row, :n] = n_ids, n_pos, n_blk, n_copy
         span = slice(n_max, n_max + length)
         batch_ids[row, span], positions[row, span], blocks[row, span] = c_ids, c_pos, c_blk
         cols = torch.nonzero(n_masked).flatten()
@@ -88,8 +105,9 @@ def make_batch(items: list[Encoded], block_size: int, mask_id: int, pad_id: int,
         labels.append(n_lab[cols])
         weights.append(1.0 / n_rate[cols] if inverse_t else torch.ones(len(cols)))
     bi, bj = blocks[:, :, None], blocks[:, None, :]
+    same_copy = copy[:, :, None] == copy[:, None, :]
     qi, kj = noisy[None, :, None], noisy[None, None, :]
-    mask = (qi & kj & (bi == bj)) | (qi & ~kj & (bj < bi)) | (~qi & ~kj & (bj <= bi))
+    mask = (qi & kj & (bi == bj) & same_copy) | (qi & ~kj & (bj < bi)) | (~qi & ~kj & (bj <= bi))
     mask |= torch.eye(size, dtype=torch.bool)
     return Batch(batch_ids, positions, mask, torch.cat(loss_index), torch.cat(labels), torch.cat(weights),
                  tokens=sum(len(c[0]) for c in clean_rows))

@@ -159,7 +159,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         gen = torch.Generator().manual_seed(opt_cfg.seed * 1_000_003 + step)
         batch = make_batch([encoded[i] for i in schedule[1][index]], block_size, cfg.mask_token_id,
                            tokenizer.token_to_id(PAD), opt_cfg.mask_eps,
-                           opt_cfg.loss_weighting == "inverse_t", gen)
+                           opt_cfg.loss_weighting == "inverse_t", gen, opt_cfg.complementary_masks)
         if len(batch.labels) == 0:
             step += 1
             continue

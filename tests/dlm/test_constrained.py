@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from dlm.constrained import CompiledSchema, JsonPrefixAutomaton, JsonSchemaConstraint, SchemaError, check
+from dlm.constrained.completion import UNREACHABLE, CompletionCost
 from dlm.tools import tool_call_schema
 
 KEYS = ["a", "name", "value", "unit", "x_y", "é"]
@@ -201,3 +202,59 @@ def test_token_constraint_blocks_and_explains() -> None:
     clone.advance(vocab.index("get_time"))
     assert constraint.text == '{"name": "' and clone.text == '{"name": "get_time'
     assert not clone.is_complete()
+
+
+def random_prefix_states(rng: random.Random, automaton: JsonPrefixAutomaton, count: int) -> list[tuple[str, Any]]:
+    """Viable prefixes reached by typing random allowed characters."""
+    prefixes = []
+    for _ in range(count):
+        state, text = automaton.initial(), ""
+        for _ in range(rng.randint(0, 30)):
+            options = [c for c in CHARSET if automaton.step(state, c)]
+            if not options:
+                break
+            char = rng.choice(options)
+            state, text = automaton.step(state, char), text + char
+        prefixes.append((text, state))
+    return prefixes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_completion_cost_is_the_shortest_completion(seed: int) -> None:
+    """Zero exactly when complete, never drops by more than one per character, and some character always
+    lowers it by one: together these make it the exact length of the shortest completion."""
+    rng = random.Random(seed)
+    schema = random_schema(rng)
+    automaton = JsonPrefixAutomaton(CompiledSchema(schema))
+    cost = CompletionCost(automaton)
+    for text, state in random_prefix_states(rng, automaton, 12):
+        here = cost.of(state)
+        assert (here == 0) == automaton.is_complete(state), (schema, text)
+        if here >= UNREACHABLE:
+            continue
+        after = {c: cost.of(s) for c in CHARSET if (s := automaton.step(state, c))}
+        assert all(a >= here - 1 for a in after.values()), (schema, text, here, after)
+        if here:
+            assert here - 1 in after.values(), (schema, text, here, after)
+
+
+@pytest.mark.parametrize("budget", [18, 20, 30, 45])
+def test_a_token_budget_always_closes_the_json(budget: int) -> None:
+    """Tokens picked at random among those allowed within the budget: the JSON closes in time, every time
+    and its stop token as well (18 = the shortest instance, '{"note":"","n":0}', in single characters, and
+    the stop)."""
+    schema = {"type": "object", "properties": {"note": {"type": "string"}, "n": {"type": "integer"},
+                                               "more": {"type": "array", "items": {}}},
+              "required": ["note", "n"], "additionalProperties": False}
+    vocab = ["", *CHARSET, "ab", '{"', '":', '", "', "[[", "{}", "12", "zzzz", '"n"']
+    stop = 0
+    rng = random.Random(budget)
+    for _ in range(30):
+        constraint = JsonSchemaConstraint(schema, vocab, [stop])
+        for left in range(budget, 0, -1):
+            token = rng.choice(constraint.allowed_token_ids(left))
+            constraint.advance(token)
+            if constraint.stopped:
+                break
+        assert constraint.stopped, constraint.text
+        jsonschema.validate(json.loads(constraint.text), schema)

@@ -34,6 +34,23 @@ def test_batch_attention_and_masking() -> None:
     assert torch.equal(clean_mask, block[None, :] <= block[:, None])  # block-causal
 
 
+def test_complementary_copies_mask_every_target_once_and_never_see_each_other() -> None:
+    item = Encoded(ids=[10, 11, 12, 13, 14, 15], targets=[False, False, False, True, True, True])
+    for seed in range(5):
+        gen = torch.Generator().manual_seed(seed)
+        batch = make_batch([item], block_size=2, mask_id=MASK, pad_id=PAD, eps=0.05, inverse_t=False,
+                           generator=gen, complementary=True)
+        # two copies of blocks 1 and 2 (4 positions each), then the clean sequence
+        assert batch.positions[0].tolist() == [2, 3, 4, 5, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5]
+        assert sorted(batch.labels.tolist()) == [13, 14, 15]  # each target masked in exactly one copy
+        first, second = batch.ids[0, :4], batch.ids[0, 4:8]
+        assert first[0] == second[0] == 12  # the prompt token is clean in both
+        assert ((first[1:] == MASK) ^ (second[1:] == MASK)).all()
+        mask = batch.mask[0]
+        assert not mask[:4, 4:8].any() and not mask[4:8, :4].any()
+        assert torch.equal(mask[:4, 8:], mask[4:8, 8:])  # both read the same clean prefix
+
+
 def test_everything_after_a_blocks_first_target_is_learned() -> None:
     # block 4: answer 13..15, next turn 16..18 (clean in the data), a second answer 19..20, then padding
     item = Encoded(ids=list(range(10, 21)), targets=[False] * 3 + [True] * 3 + [False] * 3 + [True, True])
