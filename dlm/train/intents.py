@@ -323,6 +323,34 @@ def spelling(ctx: Context) -> tuple[Call, Facts]:
     return None, letters
 
 
+# --- repeating what was heard ---------------------------------------------------------------------------
+REPEAT_ASKS = ["say {x}", "repeat after me {x}", "can you say {x}", "please say {x}", "repeat {x}",
+               "say the words {x}", "just say {x}", "say back {x}", "could you repeat {x}", "say this {x}"]
+
+
+def _heard_phrase(ctx: Context) -> str:
+    """Two to five items of the kinds tool arguments carry: made-up names, numbers, places, words."""
+    def item() -> str:
+        kind = ctx.rng.random()
+        if kind < 0.35:
+            return pseudo_word(ctx.rng)
+        if kind < 0.6:
+            return spoken(ctx, ctx.rng.randint(0, 999))
+        if kind < 0.8:  # drawn by the same keys as the capital and spelling intents: held-out stays unseen
+            return ctx.value(lambda r: r.choice(sorted(CAPITALS)), key=lambda c: f"country:{c}")
+        return ctx.value(lambda r: r.choice(sorted(set(WORDS))), key=lambda w: f"spell:{w}")
+    return " ".join(item() for _ in range(ctx.rng.randint(2, 5)))
+
+
+def repeat(ctx: Context) -> tuple[Call, Facts]:
+    """Say back what was heard, word for word: the densest practice in copying heard values, which every
+    tool argument and every spoken tool result needs and which a small model learns last."""
+    phrase = _heard_phrase(ctx)
+    ctx.user(ctx.template(REPEAT_ASKS).format(x=phrase))  # no recogniser noise: the words are the answer
+    ctx.say(ctx.choice(["{x}.", "sure, {x}.", "okay: {x}."]).format(x=phrase))
+    return None, phrase
+
+
 # --- conversation without tools -------------------------------------------------------------------------
 CHAT = {
     "greeting": (["hi", "hello", "hey", "hey there", "good morning", "hello there", "hi assistant",
@@ -406,5 +434,6 @@ INTENTS: dict[str, tuple[float, Callable[[Context], tuple[Call, Facts]]]] = {
     "capital_follow_up": (4, capital_follow_up),
     "spelling": (8, spelling),
     "refusal": (6, refusal),
+    "repeat": (8, repeat),
     **{kind: (1.5, chat(kind)) for kind in CHAT},
 }
