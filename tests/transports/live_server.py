@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.conftest import NOISE_FREE_VOICE
 from voice.audio import write_wav
 from voice.config import ROOT, load_config
 from voice.pipeline import VoicePipeline
@@ -72,7 +73,7 @@ def pipeline_resources() -> Resources:
         checkpoint = DEMO_CHECKPOINT if trained_model() else FIXTURE_CHECKPOINT
         # Random weights say nothing worth waiting for: a few tokens are enough to exercise the audio path.
         config = load_config("default").replace(
-            lm={"checkpoint": str(checkpoint), "max_new_tokens": 64 if trained_model() else 6})
+            lm={"checkpoint": str(checkpoint), "max_new_tokens": 64 if trained_model() else 6}, tts=NOISE_FREE_VOICE)
         _loaded["resources"] = asyncio.run(Resources.load(config))
     return _loaded["resources"]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import NOISE_FREE_VOICE
 from voice.audio import read_wav, write_wav
 from voice.cli import main
 from voice.file_mode import CALLER_RATE, FileModeError, format_turn_table, load_input
@@ -67,10 +68,10 @@ def test_turn_table_has_one_row_per_turn() -> None:
 
 
 def test_run_writes_time_aligned_audio_and_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from voice.tts import PiperTts
+    from voice.tts import PiperTts, TtsConfig
 
     question = tmp_path / "question.wav"
-    write_wav(question, PiperTts().synthesize("What is twelve times four?", 22050), 22050)
+    write_wav(question, PiperTts(TtsConfig(**NOISE_FREE_VOICE)).synthesize("What is twelve times four?", 22050), 22050)
     config = tmp_path / "test.toml"
     if (DEMO / "config.json").is_file():
         config.write_text(f'[lm]\ncheckpoint = "{DEMO}"\n')

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dlm.engine import Engine
-from tests.conftest import ANSWER_GATE_REASON, demo_answers_correctly
+from tests.conftest import ANSWER_GATE_REASON, NOISE_FREE_VOICE, demo_answers_correctly
 from voice.asr import WhisperAsr
 from voice.config import ROOT, PipelineConfig, load_config
 from voice.events import (
@@ -41,7 +41,7 @@ needs_capable_model = pytest.mark.skipif(not demo_answers_correctly(), reason=AN
 def test_config() -> PipelineConfig:
     """The default config on whichever checkpoint is here; the fixture's replies are kept short. Piper speaks
     without its random noise, so a caller's clip and what Whisper hears in it are the same on every run."""
-    base = load_config("default").replace(tts={"noise_scale": 0.0, "noise_w_scale": 0.0})
+    base = load_config("default").replace(tts=NOISE_FREE_VOICE)
     if HAVE_DEMO:  # short replies keep a few turns inside the demo model's 256-token context
         return base.replace(lm={"checkpoint": str(DEMO), "max_new_tokens": 32})
     return base.replace(lm={"checkpoint": str(FIXTURE), "max_new_tokens": 4, "tools": False})

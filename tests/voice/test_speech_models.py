@@ -6,10 +6,11 @@ import itertools
 import numpy as np
 import pytest
 
+from tests.conftest import NOISE_FREE_VOICE
 from voice.asr import ASR_RATE, StreamingTranscriber, WhisperAsr
 from voice.audio import AudioFormatError, PcmFrame, resample
 from voice.local_agreement import normalize_word
-from voice.tts import PiperTts, trim_silence
+from voice.tts import PiperTts, TtsConfig, trim_silence
 from voice.vad import TurnDetector, VadConfig, VadEventKind
 
 K = VadEventKind
@@ -18,7 +19,7 @@ LEAD, TAIL = 0.6, 1.0  # silence around the spoken question, seconds
 
 @pytest.fixture(scope="module")
 def tts() -> PiperTts:
-    voice = PiperTts()
+    voice = PiperTts(TtsConfig(**NOISE_FREE_VOICE))
     yield voice
     voice.close()
 
