@@ -13,6 +13,7 @@ from anything else on the machine hits all variants alike:
                 pass each).
 
 Figures are ms from the real end of speech, so the end-of-turn silence (the VAD hangover) is included.
+All variants share the speech models and their settings (Whisper's 10 s final window included).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Whisper was trained on 30 s windows and faster-whisper pads every input to one, 
 fixed ~300 ms on this CPU however short the audio. CTranslate2's encoder also takes a shorter window, at
 a cost proportional to its length: partial passes over a turn that fits in ``partial_window_s`` (10 s)
 use one (~60-100 ms), so a partial still running when the person stops delays the final pass by that
-much at most instead of by up to a whole pass. Final passes keep the full 30 s window, which is surer
-on short audio (a 10 s window raises the no-speech probability of a lone first word). The exact audio
+much at most instead of by up to a whole pass. Final passes use a 10 s window too (``final_window_s``),
+which heard as well as 30 s on `python -m latency_bench asr-window`; when it hears no speech (a lone short
+word can read as none in it) the final listens again through 30 s. The exact audio
 length with no padding is not an option: the decoder then repeats itself until ``max_tokens``.
 Two more consequences of a pass being slow shape this module:
 
@@ -100,14 +101,18 @@ class AsrConfig:
     done, and a pass started now would hold the CPU just when the final pass needs it."""
     agreement_n: int = 2
     partial_window_s: int = 10
-    """Encoder window of partial passes over turns that fit in it (seconds, 1..30; 30 = off). Finals
-    always get Whisper's full 30 s: a shorter window is ~5x cheaper but less sure on short audio."""
+    """Encoder window of partial passes over turns that fit in it (seconds, 1..30; 30 = off)."""
+    final_window_s: int = 10
+    """Encoder window of the final pass over turns that fit in it. ~4x cheaper than 30 s and heard the same
+    words or better on `python -m latency_bench asr-window`; when the guard rejects what it heard (a lone
+    short word can read as no speech or a phantom in it) the pass listens again through the full 30 s."""
     max_tokens: int = 224
     """Decoding of one window stops here (half of Whisper's text context): 30 s of speech is ~100 tokens."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.partial_window_s <= WHISPER_WINDOW_S:
-            raise ValueError(f"asr partial_window_s must be 1..{WHISPER_WINDOW_S}, got {self.partial_window_s}")
+        for name in ("partial_window_s", "final_window_s"):
+            if not 1 <= getattr(self, name) <= WHISPER_WINDOW_S:
+                raise ValueError(f"asr {name} must be 1..{WHISPER_WINDOW_S}, got {getattr(self, name)}")
 
 
 def guard_reason(text: str, no_speech_prob: float, avg_logprob: float, config: AsrConfig) -> str | None:
@@ -209,10 +214,11 @@ class WhisperAsr:
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         return self._tokenizer.decode(tokens).strip(), result.no_speech_prob, avg_logprob
 
-    def transcribe(self, samples: np.ndarray, window_s: int = WHISPER_WINDOW_S) -> Transcription:
+    def transcribe(self, samples: np.ndarray, window_s: int = WHISPER_WINDOW_S, sure: bool = False) -> Transcription:
         """Blocking: transcribe 16 kHz PCM and apply the hallucination guard.
 
         ``window_s``: the encoder window when the audio fits in it (see ``AsrConfig.partial_window_s``).
+        ``sure``: when the guard rejects what a shorter window heard, listen again through the full 30 s one.
         """
         pcm = as_pcm16(samples)
         audio_ms = 1000 * len(pcm) / ASR_RATE
@@ -223,16 +229,21 @@ class WhisperAsr:
             return Transcription("", "", audio_ms, 0.0, None, None, "silence")
         start = time.perf_counter()
         text, no_speech, logprob = self._decode(pcm, window_s)
-        compute_ms = 1000 * (time.perf_counter() - start)
         rejected = guard_reason(text, no_speech, logprob, cfg)
+        if sure and rejected and window_s < WHISPER_WINDOW_S:
+            text, no_speech, logprob = self._decode(pcm, WHISPER_WINDOW_S)
+            rejected = guard_reason(text, no_speech, logprob, cfg)
+        compute_ms = 1000 * (time.perf_counter() - start)
         return Transcription(
             "" if rejected else text, text, audio_ms, compute_ms, no_speech, logprob, rejected
         )
 
-    async def transcribe_async(self, samples: np.ndarray, window_s: int = WHISPER_WINDOW_S) -> Transcription:
+    async def transcribe_async(
+        self, samples: np.ndarray, window_s: int = WHISPER_WINDOW_S, sure: bool = False
+    ) -> Transcription:
         """:meth:`transcribe` on the worker thread, so the event loop keeps moving audio meanwhile."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.transcribe, samples, window_s)
+        return await loop.run_in_executor(self._executor, self.transcribe, samples, window_s, sure)
 
 
 @dataclass(frozen=True)
@@ -315,12 +326,12 @@ class StreamingTranscriber:
             self._partial = (task, self._samples)
             task.add_done_callback(self._partial_done_callback())
 
-    def _start_pass(self, window_s: int = WHISPER_WINDOW_S) -> asyncio.Task[Transcription]:
+    def _start_pass(self, window_s: int, sure: bool = False) -> asyncio.Task[Transcription]:
         if len(self._chunks) > 1:
             self._chunks = [np.concatenate(self._chunks)]
         audio = self._chunks[0] if self._chunks else np.zeros(0, dtype=np.int16)
         self.passes += 1
-        return asyncio.get_running_loop().create_task(self.asr.transcribe_async(audio, window_s))
+        return asyncio.get_running_loop().create_task(self.asr.transcribe_async(audio, window_s, sure))
 
     def _partial_done_callback(self) -> Callable[[asyncio.Task[Transcription]], None]:
         generation = self._generation
@@ -362,7 +373,7 @@ class StreamingTranscriber:
         """
         if self._final_task is None:
             covering = self._partial_covering(speech_end)
-            self._final_task = covering or self._start_pass()
+            self._final_task = covering or self._start_pass(self.asr.config.final_window_s, sure=True)
             self._final_is_partial = covering is not None
         return self._final_task
 

@@ -208,3 +208,11 @@ def test_a_clearly_spoken_thank_you_is_kept(asr: WhisperAsr, tts: PiperTts) -> N
     result = asr.transcribe(spoken)
     assert result.rejected is None
     assert words(result.text) == ["thank", "you"]
+
+
+def test_a_short_final_window_whose_words_are_rejected_listens_again_through_30_s(tts: PiperTts, asr: WhisperAsr) -> None:
+    # `python -m latency_bench asr-window` found this one: a lone "Goodbye." in 10 s is an unsure phantom.
+    pcm = np.concatenate([resample(tts.synthesize("Goodbye."), tts.sample_rate, ASR_RATE),
+                          np.zeros(ASR_RATE // 2, dtype=np.int16)])
+    assert asr.transcribe(pcm, 10).rejected
+    assert "goodbye" in asr.transcribe(pcm, 10, sure=True).text.lower()
