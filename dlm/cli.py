@@ -1,4 +1,4 @@
-"""``python -m dlm``: ``generate`` text with a checkpoint, ``serve`` the OpenAI-compatible API.
+"""``python -m dlm``: ``generate`` text with a checkpoint, ``serve`` the OpenAI-compatible API, ``chat``.
 
 Subcommands register themselves in :data:`COMMANDS` (name -> (add_arguments, run)), so adding one is a
 function pair and one line.
@@ -92,9 +92,22 @@ def _run_serve(args: argparse.Namespace) -> int:
     return int(server.main(args.rest) or 0)
 
 
+def _add_chat(p: argparse.ArgumentParser) -> None:
+    from dlm.chat import add_arguments
+
+    add_arguments(p, _default_model())
+
+
+def _run_chat(args: argparse.Namespace) -> int:
+    from dlm.chat import run
+
+    return run(args)
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
     "generate": (_add_generate, _run_generate, "generate text with a checkpoint"),
     "serve": (_add_serve, _run_serve, "serve the OpenAI-compatible API"),
+    "chat": (_add_chat, _run_chat, "chat in the terminal, with the tools, blocks shown as they commit"),
 }
 
 

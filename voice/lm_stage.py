@@ -13,124 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from dlm.tools import ToolSession
+from dlm.tools.calls import ToolCall, ToolCallSplitter, parse_tool_call, spoken_result
 from voice.config import LmConfig
 
-TOOL_OPEN = "<tool_call>"
-TOOL_CLOSE = "</tool_call>"
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
 """Placed at the end of a partial user message so the rendered prompt can be cut right after its words."""
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
-    result: str
-
-
-class ToolCallSplitter:
-    """Separates speakable text from tool calls in a stream of text pieces.
-
-    Text that might be the start of ``<tool_call>`` is held back until it is known not to be, so no
-    part of a call is ever spoken. A reply that opens with ``{`` is a call whose tags the detokeniser
-    dropped (they are special tokens): it is held until its JSON object closes. Spoken replies never
-    start with a brace.
-    """
-
-    def __init__(self) -> None:
-        self._buffer = ""
-        self._bare: bool | None = None  # None until the first non-blank character is seen
-
-    def push(self, piece: str) -> tuple[str, str | None]:
-        """Return ``(speakable text, body of a completed tool call or None)``."""
-        self._buffer += piece
-        if self._bare is None and self._buffer.strip():
-            self._bare = self._buffer.lstrip().startswith("{")
-        if self._bare:
-            end = _json_object_end(self._buffer)
-            if end is None:
-                return "", None
-            body, self._buffer, self._bare = self._buffer[:end].strip(), self._buffer[end:], False
-            return "", body
-        if self._bare is None:
-            return "", None
-        start = self._buffer.find(TOOL_OPEN)
-        if start < 0:
-            keep = _partial_tag_len(self._buffer)
-            text, self._buffer = self._buffer[: len(self._buffer) - keep], self._buffer[len(self._buffer) - keep :]
-            return text, None
-        end = self._buffer.find(TOOL_CLOSE, start)
-        if end < 0:
-            text, self._buffer = self._buffer[:start], self._buffer[start:]
-            return text, None
-        text, body = self._buffer[:start], self._buffer[start + len(TOOL_OPEN) : end]
-        self._buffer = self._buffer[end + len(TOOL_CLOSE) :]
-        return text, body
-
-    def flush(self) -> str:
-        """The end of the stream: an unfinished tool call is dropped, held-back text is released."""
-        rest, self._buffer = self._buffer, ""
-        return "" if TOOL_OPEN in rest or self._bare else rest
-
-
-def _json_object_end(text: str) -> int | None:
-    """Index just past the JSON object that ``text`` starts with (after blanks), or None if still open."""
-    depth, in_string, escaped = 0, False, False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
-
-
-def _partial_tag_len(text: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``<tool_call>``."""
-    for n in range(min(len(text), len(TOOL_OPEN) - 1), 0, -1):
-        if TOOL_OPEN.startswith(text[-n:]):
-            return n
-    return 0
-
-
-def _spoken_result(result: str) -> str | None:
-    """The words a tool result offers for speech (its ``spoken`` field), if any."""
-    try:
-        spoken = json.loads(result).get("spoken")
-    except (json.JSONDecodeError, AttributeError):
-        return None
-    return spoken if isinstance(spoken, str) and spoken.strip() else None
-
-
-def parse_tool_call(body: str) -> tuple[str, dict[str, Any]]:
-    """``{"name": ..., "arguments": {...}}`` -> (name, arguments); a malformed call raises ValueError."""
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"tool call is not JSON: {err.msg}") from None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        raise ValueError("tool call needs a string 'name'")
-    arguments = call.get("arguments", {})
-    if isinstance(arguments, str):
-        arguments = json.loads(arguments or "{}")
-    if not isinstance(arguments, dict):
-        raise ValueError("tool call 'arguments' must be an object")
-    return call["name"], arguments
 
 
 class LmStage:
@@ -232,7 +122,7 @@ class LmStage:
                 if before_tool is not None:
                     await before_tool()
                 call = self._run_tool(call_body)
-                fallback = _spoken_result(call.result) or fallback
+                fallback = spoken_result(call.result) or fallback
                 self.history.append({"role": "assistant", "content": "", "tool_calls": [
                     {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
                 self.history.append({"role": "tool", "name": call.name, "content": call.result})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dlm.tools.calls import ToolCallSplitter, parse_tool_call
 from voice.config import ConfigError, load_config
-from voice.lm_stage import ToolCallSplitter, parse_tool_call
 from voice.tts_stage import SpokenLog
 
 
@@ -100,13 +100,13 @@ def test_config_errors_name_the_problem(tmp_path) -> None:
 
 
 def test_a_tool_result_offers_its_spoken_words_as_the_fallback_reply() -> None:
-    from voice.lm_stage import _spoken_result
+    from dlm.tools.calls import spoken_result
 
-    assert _spoken_result('{"result": 48, "spoken": "forty-eight"}') == "forty-eight"
-    assert _spoken_result('{"capital": "paris"}') is None
-    assert _spoken_result('{"spoken": "  "}') is None
-    assert _spoken_result("not json") is None
-    assert _spoken_result("[1, 2]") is None
+    assert spoken_result('{"result": 48, "spoken": "forty-eight"}') == "forty-eight"
+    assert spoken_result('{"capital": "paris"}') is None
+    assert spoken_result('{"spoken": "  "}') is None
+    assert spoken_result("not json") is None
+    assert spoken_result("[1, 2]") is None
 
 
 def test_voice_benchmark_report_compares_each_variant_with_the_full_design() -> None:

@@ -1,0 +1,148 @@
+"""``python -m dlm chat [--model DIR]``: talk to a checkpoint in the terminal, with its tools.
+
+Each reply is printed as its blocks commit, tool calls run for real (clock, calculator, units, timers,
+capitals) and go back to the model, and every turn ends with its first-block and total time, the two
+figures a voice caller feels. An empty line or end of input ends the chat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from dlm.config import CheckpointError
+from dlm.engine import Engine
+from dlm.tools import ToolSession
+from dlm.tools.calls import ToolCallSplitter, parse_tool_call
+
+MAX_TOOL_ROUNDS = 2
+SYSTEM_PROMPT = "you are a helpful voice assistant. keep answers short."
+
+
+@dataclass
+class TurnTiming:
+    first_block_ms: float | None = None
+    total_ms: float = 0.0
+
+
+class TerminalChat:
+    """One conversation: the history, a tool session and the engine session that caches it."""
+
+    def __init__(self, engine: Engine, out: TextIO, effort: str | None = None, max_tokens: int = 96) -> None:
+        self.engine, self.out = engine, out
+        self.options: dict[str, Any] = {"effort": effort, "max_new_tokens": max_tokens, "tools": True}
+        self.session = engine.new_session()
+        self.tools = ToolSession()
+        self.history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+
+    def turn(self, user_text: str) -> TurnTiming:
+        """Answer one user message, running up to MAX_TOOL_ROUNDS tool calls on the way."""
+        self.history.append({"role": "user", "content": user_text})
+        timing, started = TurnTiming(), time.monotonic()
+        reply = ""
+        for _ in range(MAX_TOOL_ROUNDS + 1):
+            round_ = _Round(self._show, timing, started)
+            self.engine.generate(self.history, session=self.session, on_piece=round_.take, **self.options)
+            reply += round_.finish()
+            if round_.call_body is None:
+                break
+            self._run_tool(round_.call_body)
+        self.history.append({"role": "assistant", "content": reply.strip()})
+        timing.total_ms = 1000 * (time.monotonic() - started)
+        return timing
+
+    def _run_tool(self, body: str) -> None:
+        try:
+            name, arguments = parse_tool_call(body)
+        except ValueError as err:
+            name, arguments, result = "invalid", {}, json.dumps({"error": str(err)})
+        else:
+            result = self.tools.run_safely(name, arguments)
+        self._show(f"\n  [tool {name}({arguments}) -> {result}]\n")
+        self.history.append({"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": name, "arguments": arguments}}]})
+        self.history.append({"role": "tool", "name": name, "content": result})
+
+    def _show(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self.out.flush()
+
+
+class _Round:
+    """One generation of a turn: shows speakable text as it commits and keeps a tool call for running."""
+
+    def __init__(self, show: Callable[[str], None], timing: TurnTiming, started: float) -> None:
+        self.show, self.timing, self.started = show, timing, started
+        self.splitter = ToolCallSplitter()
+        self.text = ""
+        self.call_body: str | None = None
+
+    def take(self, piece: str) -> None:
+        if self.timing.first_block_ms is None:
+            self.timing.first_block_ms = 1000 * (time.monotonic() - self.started)
+        if self.call_body is not None:
+            return  # what the model writes after its call is not part of the answer
+        text, self.call_body = self.splitter.push(piece)
+        self.show(text)
+        self.text += text
+
+    def finish(self) -> str:
+        tail = "" if self.call_body is not None else self.splitter.flush()
+        self.show(tail)
+        return self.text + tail
+
+
+def run_chat(engine: Engine, lines: Iterable[str], out: TextIO, effort: str | None = None,
+             prompt: Callable[[], None] | None = None) -> list[TurnTiming]:
+    """Chat over ``lines`` (stdin by default) until an empty line; returns each turn's timing."""
+    chat, timings = TerminalChat(engine, out, effort), []
+    for line in lines:
+        text = line.strip()
+        if not text:
+            break
+        out.write("assistant> ")
+        timing = chat.turn(text)
+        first = "-" if timing.first_block_ms is None else f"{timing.first_block_ms:.0f} ms"
+        out.write(f"\n  (first block {first}, total {timing.total_ms:.0f} ms)\n")
+        timings.append(timing)
+        if prompt is not None:
+            prompt()
+    return timings
+
+
+def add_arguments(p: argparse.ArgumentParser, default_model: str | None) -> None:
+    p.add_argument("--model", default=default_model, help="checkpoint directory (default: the embedded demo)")
+    p.add_argument("--effort", choices=("low", "medium", "high"), default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.model is None:
+        print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
+        return 2
+    try:
+        engine = Engine.from_dir(args.model)
+    except (CheckpointError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    interactive = sys.stdin.isatty()
+
+    def ask() -> None:
+        if interactive:
+            sys.stdout.write("you> ")
+            sys.stdout.flush()
+
+    print("chat with the model; an empty line ends it")
+    ask()
+    try:
+        run_chat(engine, sys.stdin, sys.stdout, args.effort, ask)
+    except KeyboardInterrupt:
+        print()
+    finally:
+        engine.close()
+    return 0
