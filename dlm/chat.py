@@ -8,7 +8,6 @@ figures a voice caller feels. An empty line or end of input ends the chat.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -18,7 +17,7 @@ from typing import Any, TextIO
 from dlm.config import CheckpointError
 from dlm.engine import Engine
 from dlm.tools import ToolSession
-from dlm.tools.calls import ToolCallSplitter, parse_tool_call
+from dlm.tools.calls import ToolCallSplitter, run_tool_call
 
 MAX_TOOL_ROUNDS = 2
 SYSTEM_PROMPT = "you are a helpful voice assistant. keep answers short."
@@ -51,22 +50,12 @@ class TerminalChat:
             reply += round_.finish()
             if round_.call_body is None:
                 break
-            self._run_tool(round_.call_body)
+            call = run_tool_call(self.tools, round_.call_body)
+            self._show(f"\n  [tool {call.name}({call.arguments}) -> {call.result}]\n")
+            self.history += call.history_messages()
         self.history.append({"role": "assistant", "content": reply.strip()})
         timing.total_ms = 1000 * (time.monotonic() - started)
         return timing
-
-    def _run_tool(self, body: str) -> None:
-        try:
-            name, arguments = parse_tool_call(body)
-        except ValueError as err:
-            name, arguments, result = "invalid", {}, json.dumps({"error": str(err)})
-        else:
-            result = self.tools.run_safely(name, arguments)
-        self._show(f"\n  [tool {name}({arguments}) -> {result}]\n")
-        self.history.append({"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": name, "arguments": arguments}}]})
-        self.history.append({"role": "tool", "name": name, "content": result})
 
     def _show(self, text: str) -> None:
         if text:

@@ -5,8 +5,8 @@ fixed ~300 ms on this CPU however short the audio. CTranslate2's encoder also ta
 a cost proportional to its length: partial passes over a turn that fits in ``partial_window_s`` (10 s)
 use one (~60-100 ms), so a partial still running when the person stops delays the final pass by that
 much at most instead of by up to a whole pass. Final passes use a 10 s window too (``final_window_s``),
-which heard as well as 30 s on `python -m latency_bench asr-window`; when it hears no speech (a lone short
-word can read as none in it) the final listens again through 30 s. The exact audio
+which heard as well as 30 s on `python -m latency_bench asr-window`; when the guard rejects what it heard (a
+lone short word can read as no speech or a phantom in it) the final listens again through 30 s. The exact audio
 length with no padding is not an option: the decoder then repeats itself until ``max_tokens``.
 Two more consequences of a pass being slow shape this module:
 

@@ -11,12 +11,11 @@ is spoken, run with :mod:`dlm.tools`, and their results go back to the model for
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from dlm.tools import ToolSession
-from dlm.tools.calls import ToolCall, ToolCallSplitter, parse_tool_call, spoken_result
+from dlm.tools.calls import ToolCall, ToolCallSplitter, run_tool_call, spoken_result
 from voice.config import LmConfig
 
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
@@ -121,19 +120,10 @@ class LmStage:
                     return
                 if before_tool is not None:
                     await before_tool()
-                call = self._run_tool(call_body)
+                call = run_tool_call(self.tools, call_body)
                 fallback = spoken_result(call.result) or fallback
-                self.history.append({"role": "assistant", "content": "", "tool_calls": [
-                    {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
-                self.history.append({"role": "tool", "name": call.name, "content": call.result})
+                self.history += call.history_messages()
                 yield call
-
-    def _run_tool(self, body: str) -> ToolCall:
-        try:
-            name, arguments = parse_tool_call(body)
-        except ValueError as err:
-            return ToolCall("invalid", {}, json.dumps({"error": str(err)}))
-        return ToolCall(name, arguments, self.tools.run_safely(name, arguments))
 
     def rollback(self, length: int) -> None:
         """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dlm.tools.calls import ToolCall
 from voice.asr import StreamingTranscriber
 from voice.audio import PcmFrame, Resampler, as_pcm16, check_rate
 from voice.chunker import ClauseChunker
@@ -42,7 +43,7 @@ from voice.events import (
     TranscriptCompleted,
     TranscriptDelta,
 )
-from voice.lm_stage import LmStage, ToolCall
+from voice.lm_stage import LmStage
 from voice.resources import Resources
 from voice.trace import TurnTrace
 from voice.tts_stage import END_OF_REPLY, speak_clauses

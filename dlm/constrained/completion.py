@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from dlm.constrained.json_prefix import _NUM_ACCEPT, JsonPrefixAutomaton, State
+from dlm.constrained.json_prefix import NUMBER_ACCEPTING, JsonPrefixAutomaton, State
 from dlm.constrained.schema import CompiledSchema
 
 UNREACHABLE = 1 << 30  # a cost no budget meets (an unsatisfiable sub-schema)
@@ -67,15 +67,8 @@ class CompletionCost:
         members = [self._member(node_id, key, lengths) for key in sorted(node.required)]
         return 2 + sum(members) + max(0, len(members) - 1)
 
-    def _shape(self, node_id: int) -> tuple[dict[str, int], frozenset[str], int | None]:
-        """Properties, required keys and the schema of other keys; an unconstrained value's object takes any."""
-        node = self.schema.nodes[node_id]
-        if node.kind == "any":
-            return {}, frozenset(), self.schema.ANY
-        return node.properties, node.required, node.additional
-
     def _sub(self, node_id: int, key: str) -> int | None:
-        properties, _, additional = self._shape(node_id)
+        properties, _, additional = self.automaton.object_shape(node_id)
         return properties.get(key, additional)
 
     def _member(self, node_id: int, key: str, lengths: list[int] | None = None) -> int:
@@ -106,7 +99,7 @@ class CompletionCost:
         if kind == "str":
             return self._string_rest(frame)
         if kind == "num":
-            return 0 if frame[2] in _NUM_ACCEPT else 1
+            return 0 if frame[2] in NUMBER_ACCEPTING else 1
         if kind == "obj":
             return self._object_rest(frame)
         if kind == "arr":
@@ -129,21 +122,25 @@ class CompletionCost:
         if phase == "colon":
             sub = self._sub(node_id, key)
             return 1 + (self.value[sub] if sub is not None else UNREACHABLE) + self._object_after(node_id, used | {key})
-        missing = [self._member(node_id, k) for k in sorted(self._shape(node_id)[1] - used)]
         if phase == "after":
             return self._object_after(node_id, used)
+        missing = self._missing_members(node_id, used)
         if missing:  # open or next: the missing members, comma-separated, then }
             return sum(missing) + len(missing) - 1 + 1
         if phase == "open":
             return 1
         return self._cheapest_extra_member(node_id, used) + 1  # after a comma one more member is owed
 
+    def _missing_members(self, node_id: int, used: frozenset) -> list[int]:
+        """The shortest `"key":value` of each required key not written yet."""
+        return [self._member(node_id, k) for k in sorted(self.automaton.object_shape(node_id)[1] - used)]
+
     def _object_after(self, node_id: int, used: frozenset) -> int:
-        missing = [self._member(node_id, k) for k in sorted(self._shape(node_id)[1] - used)]
-        return sum(1 + m for m in missing) + 1
+        """After a member: a comma before each missing member, then }."""
+        return sum(1 + m for m in self._missing_members(node_id, used)) + 1
 
     def _cheapest_extra_member(self, node_id: int, used: frozenset) -> int:
-        properties, _, additional = self._shape(node_id)
+        properties, _, additional = self.automaton.object_shape(node_id)
         options = [self._member(node_id, k) for k in properties if k not in used]
         if additional is not None:
             options.append(len('""') + 1 + self.value[additional])
@@ -181,7 +178,7 @@ class CompletionCost:
     def _free_key_then_value(self, node_id: int, used: frozenset, key_frame: tuple) -> int:
         """A key of an object with additionalProperties: it may still become any named key it is a prefix
         of, close as it stands, or end as a key nothing names (one more character, or the rest of an escape)."""
-        properties, required, additional = self._shape(node_id)
+        properties, required, additional = self.automaton.object_shape(node_id)
         _, _, _, esc, raw, closed = key_frame
         if closed:
             key = json.loads('"' + raw + '"')

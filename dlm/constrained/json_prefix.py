@@ -28,7 +28,7 @@ _NUM_NEXT = {
     "esign": {d: "exp" for d in _DIGITS},
     "exp": {d: "exp" for d in _DIGITS},
 }
-_NUM_ACCEPT = {"zero", "int", "frac", "exp"}
+NUMBER_ACCEPTING = {"zero", "int", "frac", "exp"}
 _ROOT_DONE = ("root", "done")
 
 
@@ -89,7 +89,7 @@ class JsonPrefixAutomaton:
         if kind == "str":
             return frame[5]
         if kind == "num":
-            return frame[2] in _NUM_ACCEPT
+            return frame[2] in NUMBER_ACCEPTING
         if kind in ("obj", "arr"):
             return frame[3] == "closed"
         return False
@@ -181,7 +181,8 @@ class JsonPrefixAutomaton:
             return [(("str", node_id, n, -1, new_raw, False),)]
         return [(("str", node_id, grow, 0, new_raw, False),)]
 
-    def _object_shape(self, node_id: int) -> tuple[dict[str, int], frozenset[str], int | None]:
+    def object_shape(self, node_id: int) -> tuple[dict[str, int], frozenset[str], int | None]:
+        """Properties, required keys and the schema of other keys; an unconstrained value's object takes any."""
         node = self.schema.nodes[node_id]
         if node.kind == "any":
             return {}, frozenset(), self.schema.ANY
@@ -193,7 +194,7 @@ class JsonPrefixAutomaton:
             return []
         if c in _WS:
             return [(("obj", node_id, used, phase, key, ws + 1),)] if ws < self.max_ws else []
-        props, required, additional = self._object_shape(node_id)
+        props, required, additional = self.object_shape(node_id)
         free_keys = [k for k in props if k not in used]
         can_add = additional is not None or bool(free_keys)
         if phase == "colon":

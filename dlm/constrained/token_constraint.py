@@ -68,7 +68,6 @@ class TokenGrammar:
         result = self._allowed[state] = tuple(sorted(ids))
         return result
 
-
     def allowed_within(self, state: State, budget: int) -> tuple[int, ...]:
         """The allowed ids after which the JSON can still be finished and ended within `budget` tokens, this
         one included: a non-stop token must leave a shortest completion of at most `budget` - 2 characters

@@ -1,8 +1,8 @@
 """Tool calls inside generated text: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 
 Shared by everything that runs the assistant's tools on streamed output (the voice pipeline, the terminal
-chat): split speakable text from calls as pieces arrive, parse a call's JSON, and find the words a tool
-result offers for speech.
+chat): split speakable text from calls as pieces arrive, parse and run a call, write it into the history,
+and find the words a tool result offers for speech.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from dlm.tools.registry import ToolSession
 
 TOOL_OPEN = "<tool_call>"
 TOOL_CLOSE = "</tool_call>"
@@ -20,6 +22,21 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     result: str
+
+    def history_messages(self) -> list[dict[str, Any]]:
+        """The assistant's call and the tool's result, as the chat template expects them in the history."""
+        return [{"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}]},
+                {"role": "tool", "name": self.name, "content": self.result}]
+
+
+def run_tool_call(tools: ToolSession, body: str) -> ToolCall:
+    """Parse and run one call; a malformed call becomes an error result the model can read, never a crash."""
+    try:
+        name, arguments = parse_tool_call(body)
+    except ValueError as err:
+        return ToolCall("invalid", {}, json.dumps({"error": str(err)}))
+    return ToolCall(name, arguments, tools.run_safely(name, arguments))
 
 
 class ToolCallSplitter:
