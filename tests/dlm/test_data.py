@@ -11,6 +11,7 @@ import pytest
 from dlm.chat_template import ChatTemplate
 from dlm.tools import tool_call_schema
 from dlm.tools.facts import CAPITALS
+from dlm.train.asr import CLOSERS, FILLERS, OPENERS, asr_noise
 from dlm.train.data import Context, generate
 from dlm.train.encode import DialogueEncoder
 from dlm.train.intents import ARITH, CAPITAL_ASKS
@@ -29,6 +30,17 @@ def test_template_pools_are_disjoint() -> None:
         held = {Context("heldout", random.Random(i)).template(templates) for i in range(200)}
         assert train and held and not train & held
         assert train | held == set(templates)
+
+
+def test_recognised_requests_keep_their_values_and_vary_their_wrapping() -> None:
+    heard = [asr_noise("What's 17 plus Brazil?", random.Random(seed)) for seed in range(400)]
+    for text in heard:
+        words = text.split()
+        assert "?" not in text and words.index("17") < words.index("brazil"), text
+    own_openers = [opener for opener in OPENERS if opener.split()[0] not in " ".join(FILLERS).split()]
+    assert any(text.startswith(tuple(own_openers)) or any(f" {o} " in text for o in own_openers) for text in heard)
+    assert any(text.endswith(tuple(f" {closer}" for closer in CLOSERS)) for text in heard)
+    assert len(set(heard)) > 20
 
 
 def call_values(split: str, count: int) -> dict[str, set[str]]:
