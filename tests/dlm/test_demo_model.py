@@ -58,7 +58,7 @@ def first_calls(assistant: Assistant) -> list[tuple[Example, dict | None]]:
 
 
 def test_picks_the_right_tool_for_most_heldout_questions(first_calls: list[tuple[Example, dict | None]]) -> None:
-    # 9 tool intents, 7 tools: chance is about 1 in 7. The shipped checkpoint measured 45 of 72.
+    # 9 tool intents, 7 tools: chance is about 1 in 7. The shipped checkpoint measured 50 of 72.
     right = sum(bool(call) and call.get("name") == example.call["name"] for example, call in first_calls)
     assert right >= 0.5 * len(first_calls)
 
@@ -73,14 +73,14 @@ def test_answers_heldout_questions_through_real_tool_calls(assistant: Assistant,
         if not same_call(call, example.call):
             continue
         ask = example.last_user_index() + 1
-        result = ToolSession().run(call["name"], call["arguments"])
+        result = ToolSession().run_safely(call["name"], call["arguments"])
         conversation = Example(example.intent, [*example.messages[:ask],
                                                 {"role": "assistant", "content": "", "tool_calls": [
                                                     {"type": "function", "function": call}]},
                                                 {"role": "tool", "content": result}], None, example.facts)
         reply = assistant.text(assistant.generate(assistant.prompt(conversation, len(conversation.messages)),
                                                   "medium").ids)
-        spoken = json.loads(result).get("spoken")  # a fresh session has no timer to cancel: no spoken result
+        spoken = json.loads(result).get("spoken")  # a fresh session has no timer to cancel: an error, no spoken result
         if spoken and spoken in reply:
             answered.append((example.messages[ask - 1]["content"], reply))
     assert answered
