@@ -17,6 +17,7 @@ class DataConfig:
     seed: int = 0
     vocab_size: int = 2048
     max_length: int = 256
+    intents: list[str] = field(default_factory=list)  # only these intents (see dlm.train.intents); empty = all
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -98,12 +98,16 @@ class Context:
         return json.loads(result)
 
 
-def generate(split: str, count: int, seed: int) -> list[Example]:
-    """`count` dialogues of `split`, the same for the same seed."""
+def generate(split: str, count: int, seed: int, intents: Collection[str] = ()) -> list[Example]:
+    """`count` dialogues of `split`, the same for the same seed; `intents` narrows the final turn's intent
+    (for probes that isolate one skill), empty means the full mix."""
     from dlm.train.intents import INTENTS
 
+    unknown = set(intents) - set(INTENTS)
+    if unknown:
+        raise ValueError(f"unknown intents {', '.join(sorted(unknown))}; known: {', '.join(INTENTS)}")
     rng = random.Random(f"{seed}:{split}")
-    names = list(INTENTS)
+    names = list(intents or INTENTS)
     weights = [INTENTS[n][0] for n in names]
     examples = []
     for _ in range(count):

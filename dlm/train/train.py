@@ -71,7 +71,7 @@ def init_weights(model: Transformer, seed: int) -> None:
 
 def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Encoded]]:
     """The encoded training corpus and its tokenizer (reloaded when resuming, trained otherwise)."""
-    examples = generate("train", run.data.train_examples, run.data.seed)
+    examples = generate("train", run.data.train_examples, run.data.seed, run.data.intents)
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
         tokenizer = Tokenizer.from_file(str(tok_path))
