@@ -21,13 +21,13 @@ import argparse
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from dlm.engine import Engine
+from dlm.eval import DEFAULT_MODEL
 from dlm.train.config import load_run_config
 from dlm.train.data import generate
 from dlm.train.encode import DialogueEncoder
-from dlm.train.objective import make_batch
+from dlm.train.objective import make_batch, masked_logits
 from dlm.train.tokenizer import PAD
 from dlm.train.train import train
 
@@ -36,8 +36,9 @@ MASK_EPS = {"whole reply masked": 0.999, "training mix": 0.05}  # make_batch dra
 
 
 @torch.no_grad()
-def copy_accuracy(model_dir: str | Path, dialogues: int = 100, block_size: int = 8) -> dict[str, float]:
-    """Teacher-forced accuracy on the masked reply tokens of held-out repeat dialogues, per masking mix."""
+def copy_accuracy(model_dir: str | Path, dialogues: int = 100) -> dict[str, float]:
+    """Teacher-forced accuracy on the masked reply tokens of held-out repeat dialogues, per masking mix, in
+    blocks of the checkpoint's own default size."""
     engine = Engine.from_dir(model_dir)
     model, tokenizer = engine.model.float(), engine.tokenizer.backend
     encoder = DialogueEncoder(tokenizer)
@@ -46,11 +47,9 @@ def copy_accuracy(model_dir: str | Path, dialogues: int = 100, block_size: int =
     for name, eps in MASK_EPS.items():
         right = total = 0
         for item in encoded:
-            batch = make_batch([item], block_size, model.cfg.mask_token_id, tokenizer.token_to_id(PAD),
+            batch = make_batch([item], model.cfg.block_size, model.cfg.mask_token_id, tokenizer.token_to_id(PAD),
                                eps=eps, inverse_t=False, generator=torch.Generator().manual_seed(total))
-            hidden = model.hidden_states(batch.ids, batch.positions, batch.mask)
-            picked = hidden[batch.loss_index[:, 0], batch.loss_index[:, 1]]
-            predicted = F.linear(picked, model.output_weight()).argmax(-1)
+            predicted = masked_logits(model, batch).argmax(-1)
             right += int((predicted == batch.labels).sum())
             total += len(batch.labels)
         scores[name] = right / max(total, 1)
@@ -60,7 +59,7 @@ def copy_accuracy(model_dir: str | Path, dialogues: int = 100, block_size: int =
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlm.train.copy_probe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dlm/assets/demo", help="checkpoint to score (without --train)")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint to score (without --train)")
     parser.add_argument("--train", type=int, metavar="STEPS", help="first train a fresh model on repeats only")
     parser.add_argument("--config", default="configs/demo.toml", help="model shape and optimiser for --train")
     parser.add_argument("--out", default="runs/copy_probe", help="where --train writes its checkpoint")

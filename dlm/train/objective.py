@@ -113,10 +113,14 @@ def make_batch(items: list[Encoded], block_size: int, mask_id: int, pad_id: int,
                  tokens=sum(len(c[0]) for c in clean_rows))
 
 
-def diffusion_loss(model: Transformer, batch: Batch, normaliser: float) -> torch.Tensor:
-    """Weighted masked-token cross-entropy, divided by `normaliser` (masked or target token count)."""
+def masked_logits(model: Transformer, batch: Batch) -> torch.Tensor:
+    """[M, vocab] logits at the masked target tokens only (the full [B, L, vocab] is never built)."""
     hidden = model.hidden_states(batch.ids, batch.positions, batch.mask)
     picked = hidden[batch.loss_index[:, 0], batch.loss_index[:, 1]]
-    logits = F.linear(picked, model.output_weight()).float()
-    losses = F.cross_entropy(logits, batch.labels, reduction="none")
+    return F.linear(picked, model.output_weight()).float()
+
+
+def diffusion_loss(model: Transformer, batch: Batch, normaliser: float) -> torch.Tensor:
+    """Weighted masked-token cross-entropy, divided by `normaliser` (masked or target token count)."""
+    losses = F.cross_entropy(masked_logits(model, batch), batch.labels, reduction="none")
     return (losses * batch.weights).sum() / max(normaliser, 1.0)
