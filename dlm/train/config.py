@@ -54,10 +54,22 @@ class OptimConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    """The run's first `steps` steps train on dialogues of `intents` alone (`examples` of them), the rest on
+    the full corpus. Copying is learned in a sudden phase change that a corpus of nothing but copies reaches
+    within minutes and the full mix, where copies are diluted, does not reach in a whole run."""
+
+    intents: list[str] = field(default_factory=list)
+    steps: int = 0
+    examples: int = 8000
+
+
+@dataclass
 class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ShapeConfig = field(default_factory=ShapeConfig)
     train: OptimConfig = field(default_factory=OptimConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,14 +84,18 @@ def _section(cls: type, raw: dict[str, Any], name: str) -> Any:
 
 
 def from_dict(raw: dict[str, Any]) -> RunConfig:
-    unknown = set(raw) - {"data", "model", "train"}
+    unknown = set(raw) - {"data", "model", "train", "curriculum"}
     if unknown:
-        raise ValueError(f"unknown config sections {', '.join(sorted(unknown))}; use [data], [model], [train]")
+        raise ValueError(f"unknown config sections {', '.join(sorted(unknown))}; "
+                         "use [data], [model], [train], [curriculum]")
     run = RunConfig(_section(DataConfig, raw.get("data", {}), "data"),
                     _section(ShapeConfig, raw.get("model", {}), "model"),
-                    _section(OptimConfig, raw.get("train", {}), "train"))
+                    _section(OptimConfig, raw.get("train", {}), "train"),
+                    _section(CurriculumConfig, raw.get("curriculum", {}), "curriculum"))
     if run.train.loss_weighting not in ("masked_mean", "inverse_t"):
         raise ValueError("[train] loss_weighting must be 'masked_mean' or 'inverse_t'")
+    if run.curriculum.steps and not run.curriculum.intents:
+        raise ValueError("[curriculum] steps needs intents: the first steps train on those intents only")
     return run
 
 

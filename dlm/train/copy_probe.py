@@ -3,7 +3,8 @@
 Every tool argument, every spoken tool result and every "say that again" is a copy of tokens the model
 saw earlier in the context, and copying is where the demo checkpoint falls short. This probe scores a
 checkpoint teacher-forced on held-out "repeat" dialogues (say back a phrase of made-up words and numbers):
-the fraction of masked reply tokens it predicts right with the whole reply masked (what the first denoising
+the fraction of the phrase's tokens in the reply (spaces left out: the reply's wording around the phrase is
+template, not copying) it predicts right when masked, with the whole reply masked (what the first denoising
 pass faces) and with training's mix of masking rates (t ~ U(0.05, 1) per block, so often most neighbours
 are visible and copying by induction suffices).
 
@@ -28,7 +29,7 @@ from dlm.train.config import load_run_config
 from dlm.train.data import generate
 from dlm.train.encode import DialogueEncoder
 from dlm.train.objective import make_batch, masked_logits
-from dlm.train.tokenizer import PAD
+from dlm.train.tokenizer import PAD, SPACE
 from dlm.train.train import train
 
 PROBE_INTENT = "repeat"
@@ -37,23 +38,38 @@ MASK_EPS = {"whole reply masked": 0.999, "training mix": 0.05}  # make_batch dra
 
 @torch.no_grad()
 def copy_accuracy(model_dir: str | Path, dialogues: int = 100) -> dict[str, float]:
-    """Teacher-forced accuracy on the masked reply tokens of held-out repeat dialogues, per masking mix, in
-    blocks of the checkpoint's own default size."""
+    """Teacher-forced accuracy on the masked copies of the heard phrase in held-out repeat dialogues, per
+    masking mix, in blocks of the checkpoint's own default size."""
     engine = Engine.from_dir(model_dir)
     model, tokenizer = engine.model.float(), engine.tokenizer.backend
     encoder = DialogueEncoder(tokenizer)
-    encoded = [encoder.encode(e) for e in generate("heldout", dialogues, seed=1, intents=[PROBE_INTENT])]
+    space = tokenizer.token_to_id(SPACE)
+    examples = generate("heldout", dialogues, seed=1, intents=[PROBE_INTENT])
+    encoded = [encoder.encode(e) for e in examples]
+    copies = [copy_positions(item.ids, tokenizer.encode(e.facts[0]).ids, space)
+              for e, item in zip(examples, encoded, strict=True)]
     scores = {}
     for name, eps in MASK_EPS.items():
         right = total = 0
-        for item in encoded:
+        for seed, (item, copied) in enumerate(zip(encoded, copies, strict=True)):
             batch = make_batch([item], model.cfg.block_size, model.cfg.mask_token_id, tokenizer.token_to_id(PAD),
-                               eps=eps, inverse_t=False, generator=torch.Generator().manual_seed(total))
+                               eps=eps, inverse_t=False, generator=torch.Generator().manual_seed(seed))
             predicted = masked_logits(model, batch).argmax(-1)
-            right += int((predicted == batch.labels).sum())
-            total += len(batch.labels)
+            scored = torch.isin(batch.positions[batch.loss_index[:, 0], batch.loss_index[:, 1]], copied)
+            right += int(((predicted == batch.labels) & scored).sum())
+            total += int(scored.sum())
         scores[name] = right / max(total, 1)
     return scores
+
+
+def copy_positions(ids: list[int], phrase: list[int], space: int | None) -> torch.Tensor:
+    """Positions of the phrase's last occurrence in the dialogue (the reply's copy of it), spaces left out.
+
+    Spaces and digits are tokens of their own, so the phrase has the same ids in the request and the reply."""
+    for start in range(len(ids) - len(phrase), -1, -1):
+        if ids[start:start + len(phrase)] == phrase:
+            return torch.tensor([start + k for k, token in enumerate(phrase) if token != space], dtype=torch.long)
+    raise ValueError("the reply does not repeat the heard phrase token for token")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.train is not None:
         run = load_run_config(args.config)
         run.data.intents, run.data.train_examples = [PROBE_INTENT], args.examples
+        run.curriculum.steps = 0  # the whole run is on repeats already
         run.train.steps, run.train.out_dir = args.train, f"{args.out}/checkpoint"
         run.train.state_dir = f"{args.out}/state"
         result = train(run)

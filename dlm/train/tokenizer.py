@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 PAD, IM_START, IM_END, MASK, TOOL_CALL, TOOL_CALL_END = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<tool_call>", "</tool_call>")
 SPECIAL_TOKENS = [PAD, IM_START, IM_END, MASK, TOOL_CALL, TOOL_CALL_END]
+SPACE = "\u0120"  # a space as byte-level BPE spells it ("Ġ"), a token of its own here
 
 # Qwen-style turns. Tools are listed by name only: the demo model knows its tools from training and a
 # 256-token context has no room for their full schemas. Arguments given as a string are emitted verbatim

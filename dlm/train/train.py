@@ -21,7 +21,7 @@ from dlm.checkpoint import save_checkpoint
 from dlm.config import ModelConfig
 from dlm.model import Transformer
 from dlm.train.config import RunConfig
-from dlm.train.data import generate
+from dlm.train.data import Example, generate
 from dlm.train.encode import DialogueEncoder, Encoded
 from dlm.train.objective import diffusion_loss, make_batch
 from dlm.train.tokenizer import IM_END, MASK, PAD, save_tokenizer, train_tokenizer
@@ -69,8 +69,9 @@ def init_weights(model: Transformer, seed: int) -> None:
                 param.fill_(1.0)
 
 
-def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Encoded]]:
-    """The encoded training corpus and its tokenizer (reloaded when resuming, trained otherwise)."""
+def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Encoded], list[Encoded]]:
+    """The tokenizer (reloaded when resuming, trained on the full corpus otherwise), the encoded training
+    corpus and the curriculum's corpus (empty without a curriculum)."""
     examples = generate("train", run.data.train_examples, run.data.seed, run.data.intents)
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
@@ -81,11 +82,16 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokeniz
         state_dir.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(tok_path))
     encoder = DialogueEncoder(tokenizer)
-    encoded = [enc for enc in map(encoder.encode, examples) if len(enc.ids) <= run.data.max_length]
-    return tokenizer, encoded
+
+    def encode(dialogues: list[Example]) -> list[Encoded]:
+        return [enc for enc in map(encoder.encode, dialogues) if len(enc.ids) <= run.data.max_length]
+
+    curriculum = run.curriculum
+    opening = generate("train", curriculum.examples, run.data.seed, curriculum.intents) if curriculum.steps else []
+    return tokenizer, encode(examples), encode(opening)
 
 
-def batch_schedule(encoded: list[Encoded], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+def batch_schedule(encoded: list[Encoded], batch_size: int, seed: str, epoch: int) -> list[list[int]]:
     """One epoch of batches of similar length (little padding), in a seeded order."""
     rng = random.Random(f"{seed}:epoch{epoch}")
     order = list(range(len(encoded)))
@@ -97,6 +103,27 @@ def batch_schedule(encoded: list[Encoded], batch_size: int, seed: int, epoch: in
         batches += [part[i:i + batch_size] for i in range(0, len(part) - batch_size + 1, batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+class BatchSource:
+    """The dialogues of each step: the curriculum's corpus for its first steps, then the full corpus, each in
+    seeded epochs, so that a resumed run draws exactly the batches an uninterrupted one would."""
+
+    def __init__(self, phases: list[tuple[int, list[Encoded]]], batch_size: int, seed: int):
+        for first_step, corpus in phases:
+            if len(corpus) < batch_size:
+                raise ValueError(f"a corpus of {len(corpus)} dialogues (from step {first_step}) cannot fill a "
+                                 f"batch of {batch_size}")
+        self.phases, self.batch_size, self.seed = phases, batch_size, seed
+        self._cached: tuple[tuple[int, int], list[list[int]]] = ((-1, -1), [])
+
+    def batch(self, step: int) -> list[Encoded]:
+        phase = max(i for i, (first_step, _) in enumerate(self.phases) if first_step <= step)
+        first_step, corpus = self.phases[phase]
+        epoch, index = divmod(step - first_step, len(corpus) // self.batch_size)
+        if self._cached[0] != (phase, epoch):
+            self._cached = ((phase, epoch), batch_schedule(corpus, self.batch_size, f"{self.seed}:{phase}", epoch))
+        return [corpus[i] for i in self._cached[1][index]]
 
 
 def learning_rate(run: RunConfig, step: int) -> float:
@@ -130,7 +157,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     torch.set_num_threads(opt_cfg.threads)
     state_dir, out_dir = Path(opt_cfg.state_dir), Path(opt_cfg.out_dir)
     state_path = state_dir / "state.pt"
-    tokenizer, encoded = prepare_data(run, state_dir, resume)
+    tokenizer, encoded, opening = prepare_data(run, state_dir, resume)
     cfg = model_config(run, tokenizer)
     model = Transformer(cfg)
     init_weights(model, opt_cfg.seed)
@@ -144,20 +171,17 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, losses = state["step"], state["losses"]
-    per_epoch = len(encoded) // opt_cfg.batch_size
-    schedule: tuple[int, list[list[int]]] = (-1, [])
+    phases = [(0, opening), (run.curriculum.steps, encoded)] if run.curriculum.steps else [(0, encoded)]
+    source = BatchSource(phases, opt_cfg.batch_size, opt_cfg.seed)
     started, tokens_seen = time.monotonic(), 0
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
     last = min(opt_cfg.steps, stop_after or opt_cfg.steps)
     while step < last:
-        epoch, index = divmod(step, per_epoch)
-        if schedule[0] != epoch:
-            schedule = (epoch, batch_schedule(encoded, opt_cfg.batch_size, opt_cfg.seed, epoch))
         step_rng = random.Random(f"{opt_cfg.seed}:step{step}")
         block_size = step_rng.choice(opt_cfg.block_sizes)
         gen = torch.Generator().manual_seed(opt_cfg.seed * 1_000_003 + step)
-        batch = make_batch([encoded[i] for i in schedule[1][index]], block_size, cfg.mask_token_id,
+        batch = make_batch(source.batch(step), block_size, cfg.mask_token_id,
                            tokenizer.token_to_id(PAD), opt_cfg.mask_eps,
                            opt_cfg.loss_weighting == "inverse_t", gen, opt_cfg.complementary_masks)
         if len(batch.labels) == 0:

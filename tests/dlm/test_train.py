@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from dlm.checkpoint import load_checkpoint
 from dlm.train.config import from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
-from dlm.train.train import train
+from dlm.train.train import BatchSource, train
 
 MASK, PAD = 3, 0
 
@@ -59,8 +60,10 @@ def test_everything_after_a_blocks_first_target_is_learned() -> None:
     assert targets.int().tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1]
 
 
-def tiny_run(tmp: Path, steps: int, checkpoint_every: int = 10) -> dict:
+def tiny_run(tmp: Path, steps: int, checkpoint_every: int = 10, curriculum_steps: int = 0) -> dict:
+    curriculum = {"intents": ["repeat", "capital"], "steps": curriculum_steps, "examples": 40}
     return {
+        "curriculum": curriculum if curriculum_steps else {},
         "data": {"train_examples": 240, "vocab_size": 400, "max_length": 256},
         "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
                   "intermediate_size": 64, "block_size": 4},
@@ -82,12 +85,34 @@ def test_tiny_run_learns_and_exports_a_loadable_checkpoint(tmp_path: Path) -> No
         assert (result.out_dir / name).exists()
 
 
-def test_resume_continues_exactly(tmp_path: Path) -> None:
-    straight = train(from_dict(tiny_run(tmp_path / "a", steps=12)), progress=False)
-    first = train(from_dict(tiny_run(tmp_path / "b", steps=12)), progress=False, stop_after=6)
-    resumed = train(from_dict(tiny_run(tmp_path / "b", steps=12)), resume=True, progress=False)
+@pytest.mark.parametrize("curriculum_steps", [0, 4])
+def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int) -> None:
+    # with a curriculum, the run stops after the switch to the full corpus and resumes in the new phase
+    def run(name: str) -> dict:
+        return from_dict(tiny_run(tmp_path / name, steps=12, curriculum_steps=curriculum_steps))
+
+    straight = train(run("a"), progress=False)
+    first = train(run("b"), progress=False, stop_after=6)
+    resumed = train(run("b"), resume=True, progress=False)
     assert first.steps == 6 and resumed.steps == 12
     assert resumed.losses == straight.losses
     a = torch.load(tmp_path / "a" / "state" / "state.pt")["model"]
     b = torch.load(tmp_path / "b" / "state" / "state.pt")["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_the_full_one() -> None:
+    opening = [Encoded(ids=[1] * n, targets=[True] * n) for n in range(3, 13)]  # ids 1: curriculum
+    full = [Encoded(ids=[2] * n, targets=[True] * n) for n in range(3, 33)]
+    source = BatchSource([(0, opening), (7, full)], batch_size=4, seed=0)
+    drawn = [{token for item in source.batch(step) for token in item.ids} for step in range(20)]
+    assert drawn[:7] == [{1}] * 7 and drawn[7:] == [{2}] * 13
+    epoch = [id(item) for step in range(7, 14) for item in source.batch(step)]  # 30 // 4 = 7 batches an epoch
+    assert len(set(epoch)) == 28  # no dialogue twice within an epoch
+    with pytest.raises(ValueError, match="cannot fill a batch of 16"):
+        BatchSource([(0, opening)], batch_size=16, seed=0)
+
+
+def test_a_curriculum_without_intents_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"\[curriculum\] steps needs intents"):
+        from_dict({"curriculum": {"steps": 100}})
