@@ -201,7 +201,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         elapsed = time.monotonic() - started
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
-                        block=block_size)
+                        block=block_size, corpus="curriculum" if step <= run.curriculum.steps else "full")
         out_of_time = elapsed > opt_cfg.max_minutes * 60
         if step % opt_cfg.checkpoint_every == 0 or step == last or out_of_time:
             state_dir.mkdir(parents=True, exist_ok=True)
