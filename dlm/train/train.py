@@ -12,6 +12,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tokenizers import Tokenizer
@@ -69,9 +70,17 @@ def init_weights(model: Transformer, seed: int) -> None:
                 param.fill_(1.0)
 
 
-def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Encoded], list[Encoded]]:
-    """The tokenizer (reloaded when resuming, trained on the full corpus otherwise), the encoded training
-    corpus and the curriculum's corpus (empty without a curriculum)."""
+class Phase(NamedTuple):
+    """A stretch of the run, from `first_step` on, that draws its batches from one corpus."""
+
+    name: str
+    first_step: int
+    corpus: list[Encoded]
+
+
+def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Phase]]:
+    """The tokenizer (reloaded when resuming, trained on the full corpus otherwise) and the run's phases:
+    the curriculum's corpus for its first steps, if it has one, then the full corpus."""
     examples = generate("train", run.data.train_examples, run.data.seed, run.data.intents)
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
@@ -87,8 +96,11 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokeniz
         return [enc for enc in map(encoder.encode, dialogues) if len(enc.ids) <= run.data.max_length]
 
     curriculum = run.curriculum
-    opening = generate("train", curriculum.examples, run.data.seed, curriculum.intents) if curriculum.steps else []
-    return tokenizer, encode(examples), encode(opening)
+    full = Phase("full", curriculum.steps, encode(examples))
+    if not curriculum.steps:
+        return tokenizer, [full]
+    opening = generate("train", curriculum.examples, run.data.seed, curriculum.intents)
+    return tokenizer, [Phase("curriculum", 0, encode(opening)), full]
 
 
 def batch_schedule(encoded: list[Encoded], batch_size: int, seed: str, epoch: int) -> list[list[int]]:
@@ -106,24 +118,27 @@ def batch_schedule(encoded: list[Encoded], batch_size: int, seed: str, epoch: in
 
 
 class BatchSource:
-    """The dialogues of each step: the curriculum's corpus for its first steps, then the full corpus, each in
-    seeded epochs, so that a resumed run draws exactly the batches an uninterrupted one would."""
+    """The dialogues of each step: each phase's corpus from its first step on, in seeded epochs, so that a
+    resumed run draws exactly the batches an uninterrupted one would."""
 
-    def __init__(self, phases: list[tuple[int, list[Encoded]]], batch_size: int, seed: int):
-        for first_step, corpus in phases:
-            if len(corpus) < batch_size:
-                raise ValueError(f"a corpus of {len(corpus)} dialogues (from step {first_step}) cannot fill a "
-                                 f"batch of {batch_size}")
+    def __init__(self, phases: list[Phase], batch_size: int, seed: int):
+        for phase in phases:
+            if len(phase.corpus) < batch_size:
+                raise ValueError(f"a corpus of {len(phase.corpus)} dialogues (from step {phase.first_step}) "
+                                 f"cannot fill a batch of {batch_size}")
         self.phases, self.batch_size, self.seed = phases, batch_size, seed
         self._cached: tuple[tuple[int, int], list[list[int]]] = ((-1, -1), [])
 
+    def phase_index(self, step: int) -> int:
+        return max(i for i, phase in enumerate(self.phases) if phase.first_step <= step)
+
     def batch(self, step: int) -> list[Encoded]:
-        phase = max(i for i, (first_step, _) in enumerate(self.phases) if first_step <= step)
-        first_step, corpus = self.phases[phase]
-        epoch, index = divmod(step - first_step, len(corpus) // self.batch_size)
-        if self._cached[0] != (phase, epoch):
-            self._cached = ((phase, epoch), batch_schedule(corpus, self.batch_size, f"{self.seed}:{phase}", epoch))
-        return [corpus[i] for i in self._cached[1][index]]
+        index = self.phase_index(step)
+        _, first_step, corpus = self.phases[index]
+        epoch, position = divmod(step - first_step, len(corpus) // self.batch_size)
+        if self._cached[0] != (index, epoch):
+            self._cached = ((index, epoch), batch_schedule(corpus, self.batch_size, f"{self.seed}:{index}", epoch))
+        return [corpus[i] for i in self._cached[1][position]]
 
 
 def learning_rate(run: RunConfig, step: int) -> float:
@@ -157,7 +172,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     torch.set_num_threads(opt_cfg.threads)
     state_dir, out_dir = Path(opt_cfg.state_dir), Path(opt_cfg.out_dir)
     state_path = state_dir / "state.pt"
-    tokenizer, encoded, opening = prepare_data(run, state_dir, resume)
+    tokenizer, phases = prepare_data(run, state_dir, resume)
     cfg = model_config(run, tokenizer)
     model = Transformer(cfg)
     init_weights(model, opt_cfg.seed)
@@ -171,7 +186,6 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, losses = state["step"], state["losses"]
-    phases = [(0, opening), (run.curriculum.steps, encoded)] if run.curriculum.steps else [(0, encoded)]
     source = BatchSource(phases, opt_cfg.batch_size, opt_cfg.seed)
     started, tokens_seen = time.monotonic(), 0
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
@@ -201,7 +215,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         elapsed = time.monotonic() - started
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
-                        block=block_size, corpus="curriculum" if step <= run.curriculum.steps else "full")
+                        block=block_size, corpus=phases[source.phase_index(step - 1)].name)
         out_of_time = elapsed > opt_cfg.max_minutes * 60
         if step % opt_cfg.checkpoint_every == 0 or step == last or out_of_time:
             state_dir.mkdir(parents=True, exist_ok=True)

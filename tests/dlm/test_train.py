@@ -11,7 +11,7 @@ from dlm.checkpoint import load_checkpoint
 from dlm.train.config import from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
-from dlm.train.train import BatchSource, train
+from dlm.train.train import BatchSource, Phase, train
 
 MASK, PAD = 3, 0
 
@@ -104,13 +104,13 @@ def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int) -> None
 def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_the_full_one() -> None:
     opening = [Encoded(ids=[1] * n, targets=[True] * n) for n in range(3, 13)]  # ids 1: curriculum
     full = [Encoded(ids=[2] * n, targets=[True] * n) for n in range(3, 33)]
-    source = BatchSource([(0, opening), (7, full)], batch_size=4, seed=0)
+    source = BatchSource([Phase("curriculum", 0, opening), Phase("full", 7, full)], batch_size=4, seed=0)
     drawn = [{token for item in source.batch(step) for token in item.ids} for step in range(20)]
     assert drawn[:7] == [{1}] * 7 and drawn[7:] == [{2}] * 13
     epoch = [id(item) for step in range(7, 14) for item in source.batch(step)]  # 30 // 4 = 7 batches an epoch
     assert len(set(epoch)) == 28  # no dialogue twice within an epoch
     with pytest.raises(ValueError, match="cannot fill a batch of 16"):
-        BatchSource([(0, opening)], batch_size=16, seed=0)
+        BatchSource([Phase("curriculum", 0, opening)], batch_size=16, seed=0)
 
 
 def test_a_curriculum_without_intents_is_refused() -> None:
