@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 from browser import chromium_page, have_chromium
-from live_server import drained, url
+from live_server import QUESTION, drained, url
 
 from tests.conftest import demo_answers_correctly, spoken_words_recovered
 
@@ -49,8 +49,10 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
     assert await drained(server, timeout=15)
 
     assert state["errors"] == []
-    user = " ".join(state["user"]).lower()
-    assert "capital" in user and "france" in user
+    # Whisper tiny hears the question through Chromium's Opus encoder and aiortc's jitter buffer; one misheard
+    # word in six is within its error rate ("capital of friends" was seen once under load), two are not.
+    user = " ".join(state["user"])
+    assert spoken_words_recovered(QUESTION, user) >= 0.8, (QUESTION, user)
     assert state["assistant"] and state["assistant"][0].strip()
     assert state["assistant"][0].strip()[:20] in state["shown"]
     assert state["rows"] >= 1 and state["traces"][0]["voice_to_voice_ms"] is not None
