@@ -38,6 +38,8 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     p.add_argument("--kernels", choices=("auto", "torch", "triton"), default="auto",
                    help="token selection on the Triton kernels or in torch (auto: Triton on CUDA)")
+    p.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                   help="replay denoising passes as CUDA graphs (auto: on CUDA; on: static shapes anywhere)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
 
@@ -49,7 +51,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
         return 2
     try:
-        engine = Engine.from_dir(args.model, dtype=args.dtype, kernels=args.kernels)
+        engine = Engine.from_dir(args.model, dtype=args.dtype, kernels=args.kernels, cuda_graphs=args.cuda_graphs)
     except (CheckpointError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

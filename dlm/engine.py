@@ -30,6 +30,7 @@ from dlm.checkpoint import load_checkpoint
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
 from dlm.effort import Knobs, resolve
+from dlm.graphed_forward import graphs_enabled
 from dlm.model import Transformer
 from dlm.scheduler import Delivery, Job, Scheduler
 from dlm.session import Session
@@ -119,13 +120,17 @@ class Engine:
         device: str | torch.device | None = None,
         trained_block_sizes: Sequence[int] = (),
         kernels: str = "auto",
+        cuda_graphs: str = "auto",
     ) -> None:
         """``kernels``: "auto" (the Triton kernel path on CUDA, torch otherwise; ``DLM_KERNELS`` may force
-        either), "triton" or "torch"; resolved once here, so a forced path that cannot run fails now."""
+        either), "triton" or "torch"; resolved once here, so a forced path that cannot run fails now.
+        ``cuda_graphs``: "auto" (denoising passes replayed as CUDA graphs on CUDA), "on" or "off"; see
+        :mod:`dlm.graphed_forward`."""
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else model.output_weight().device
         self.kernels = kernel_path(kernels, self.device)
+        self.cuda_graphs = graphs_enabled(cuda_graphs, self.device)
         self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
         self.trained_block_sizes = tuple(trained_block_sizes)
         # One thread for all model work; autograd off there, once (generators interleave on it), and the
@@ -137,13 +142,14 @@ class Engine:
 
     @classmethod
     def from_dir(
-        cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu", kernels: str = "auto"
+        cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu", kernels: str = "auto",
+        cuda_graphs: str = "auto",
     ) -> Engine:
         """Load a checkpoint directory (see :mod:`dlm.checkpoint`)."""
         model, tokenizer = load_checkpoint(path, dtype, device)
         gen_file = Path(path) / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.exists() else {}
-        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()), kernels)
+        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()), kernels, cuda_graphs)
 
     def close(self) -> None:
         self.worker.shutdown(wait=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlm.decoding.block_causal import CachedForward
+from dlm.graphed_forward import GraphedForward
 from dlm.kv_cache import KVCache
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class Session:
             old = self._state
             model = self.engine.model
             cache = KVCache(model.cfg, self.capacity, dtype=model.output_weight().dtype, device=self.engine.device)
-            fresh = CachedForward(model, cache)
+            fresh = (GraphedForward if self.engine.cuda_graphs else CachedForward)(model, cache)
             if old is not None:
                 n = old.cache.length
                 cache.k[:, :, :, :n], cache.v[:, :, :, :n] = old.cache.k[:, :, :, :n], old.cache.v[:, :, :, :n]

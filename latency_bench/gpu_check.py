@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from latency_bench.gpu_engine import missing_engine_packages, run_engine_timings
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BLOCK = 16  # the denoising block (tokens per block)
 PASSES_PER_BLOCK = 4  # the first-block budget: 4 passes
@@ -68,6 +70,7 @@ class Report:
     kernels: list[dict[str, object]] = field(default_factory=list)
     models: list[dict[str, object]] = field(default_factory=list)
     decode: list[dict[str, object]] = field(default_factory=list)
+    engine: list[dict[str, object]] = field(default_factory=list)
     goals: list[dict[str, object]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -399,6 +402,8 @@ def render_markdown(report: Report) -> str:
         f"## Model shapes (random weights, bf16, {BLOCK}-token block, {PASSES_PER_BLOCK} passes per first block)\n",
         _table(report.models),
         f"## Decode throughput (at {TOKENS_PER_PASS} tokens committed per pass)\n", _table(report.decode),
+        "## Engine: the demo checkpoint, eager vs CUDA-graphed denoising passes (same ids required)\n",
+        _table(report.engine),
     ]  # fmt: skip
     if report.errors:
         parts += ["## Errors\n", "```\n" + "\n".join(report.errors) + "\n```\n"]
@@ -456,6 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not args.skip_models:
         sections.append(("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"])))
+        missing = missing_engine_packages()
+        if missing:
+            report.env["engine_skipped"] = f"needs {', '.join(missing)} (pip install {' '.join(missing)})"
+            print(f"engine section skipped: {report.env['engine_skipped']}", file=sys.stderr)
+        else:
+            sections.append(("engine", lambda: report.engine.extend(run_engine_timings(plan.device, plan.reps // 5 or 1))))
     for name, run in sections:
         print(f"== {name}", flush=True)
         report.attempt(name, run)

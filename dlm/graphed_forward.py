@@ -1,0 +1,97 @@
+"""Denoising passes with static shapes, replayed as CUDA graphs.
+
+On a GPU a denoising pass over a 16-token block is a few hundred small kernels whose launch cost exceeds
+their work. A CUDA graph replays them in one launch, but only for fixed shapes and device-side inputs, so
+this forward never slices the cache by its host-side length: every pass attends to the whole preallocated
+cache, with positions at or past the committed length masked out, and the cache length, the positions and
+the KV write offset are device tensors. One graph is captured per (queries, stored rows) shape on first use
+(a plain window, and a finished block committed in the same pass as the next window's first denoising).
+
+Masked keys get zero attention weight, so the logits equal :class:`CachedForward`'s up to the summation
+order; the price is reading the whole cache each pass, which on a GPU costs less than the launches saved.
+Off CUDA the same static-shape code runs eagerly (``kernels.capture`` is a pass-through there), which is
+how the CPU tests check it against the eager forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from dlm.decoding.block_causal import CachedForward
+from dlm.kv_cache import KVCache
+from dlm.model import Transformer
+from kernels.cuda_graphs import GraphedCallable, capture
+
+GRAPH_SETTINGS = ("auto", "on", "off")
+
+
+def graphs_enabled(setting: str, device: torch.device) -> bool:
+    """"auto": on for CUDA devices; "on" forces the static-shape path anywhere (graphs only on CUDA)."""
+    if setting not in GRAPH_SETTINGS:
+        raise ValueError(f"cuda_graphs must be one of {GRAPH_SETTINGS}, got {setting!r}")
+    return setting == "on" or (setting == "auto" and device.type == "cuda")
+
+
+class _StaticCacheView:
+    """The KV cache as one static-shape pass sees it: all ``capacity`` cached keys, then the new ones;
+    the first ``store`` new rows are also written at the device-side cache length."""
+
+    def __init__(self, cache: KVCache, length: torch.Tensor, store: int) -> None:
+        self.cache, self.length, self.store = cache, length, store
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cached_k, cached_v = self.cache.k[layer], self.cache.v[layer]
+        keys, values = torch.cat((cached_k, k), 2), torch.cat((cached_v, v), 2)
+        if self.store:
+            at = self.length + torch.arange(self.store, device=k.device)
+            cached_k.index_copy_(2, at, k[:, :, :self.store])
+            cached_v.index_copy_(2, at, v[:, :, :self.store])
+        return keys, values
+
+
+class GraphedForward(CachedForward):
+    """:class:`CachedForward` whose denoising passes run captured CUDA graphs (prefill and the token-shift
+    families' separate commit passes stay eager: they happen once per prompt or per block)."""
+
+    def __init__(self, model: Transformer, cache: KVCache) -> None:
+        super().__init__(model, cache)
+        self._graphs: dict[tuple[int, int], GraphedCallable] = {}
+        self._length = torch.zeros(1, dtype=torch.long, device=self.device)
+
+    def _static_pass(self, store: int):
+        capacity, model = self.cache.capacity, self.model
+
+        def run(ids: torch.Tensor, length: torch.Tensor, window_mask: torch.Tensor) -> torch.Tensor:
+            n = ids.shape[1]
+            positions = length + torch.arange(n, device=ids.device)
+            cached = (torch.arange(capacity, device=ids.device) < length).expand(n, capacity)
+            mask = torch.cat((cached, window_mask), dim=1)
+            view = _StaticCacheView(self.cache, length, store)
+            hidden = model.hidden_states(ids, positions, mask, view)  # type: ignore[arg-type]
+            return F.linear(hidden[0], model.output_weight())
+
+        return run
+
+    def _replay(self, ids: torch.Tensor, store: int) -> torch.Tensor:
+        """Logits [n, V] for ``ids`` after the cache, storing the KV of the first ``store`` of them."""
+        n = ids.shape[0]
+        if self.cache.length + n > self.cache.capacity:
+            raise ValueError(f"KV cache full: {self.cache.length + n} positions needed, capacity {self.cache.capacity}")
+        window_mask = torch.ones(n, n, dtype=torch.bool, device=self.device)
+        window_mask[:store, store:] = False
+        self._length.fill_(self.cache.length)
+        inputs = (ids[None], self._length, window_mask)
+        graph = self._graphs.get((n, store))
+        if graph is None:
+            # capture warms up by running the pass; the KV it stores is rewritten by the replay below
+            graph = self._graphs[(n, store)] = capture(self._static_pass(store), inputs)
+        return graph(*inputs)
+
+    def denoise(self, window: torch.Tensor, rows: torch.Tensor, pending: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        if pending is None:
+            return self._replay(window, 0)[rows]
+        logits = self._replay(torch.cat((pending, window)), pending.shape[0])
+        self.record_commit(pending, None)
+        return logits[pending.shape[0] + rows]
