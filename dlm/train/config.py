@@ -18,6 +18,7 @@ class DataConfig:
     vocab_size: int = 2048
     max_length: int = 256
     intents: list[str] = field(default_factory=list)  # only these intents (see dlm.train.intents); empty = all
+    intent_weights: dict[str, float] = field(default_factory=dict)  # override INTENTS' sampling weights
 
 
 @dataclass

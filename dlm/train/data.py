@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -98,17 +98,22 @@ class Context:
         return json.loads(result)
 
 
-def generate(split: str, count: int, seed: int, intents: Collection[str] = ()) -> list[Example]:
+def generate(split: str, count: int, seed: int, intents: Collection[str] = (),
+             weights: Mapping[str, float] | None = None) -> list[Example]:
     """`count` dialogues of `split`, the same for the same seed; `intents` narrows the final turn's intent
-    (for probes that isolate one skill), empty means the full mix."""
+    (for probes that isolate one skill), empty means the full mix; `weights` overrides the mix's weights
+    of some intents (a training run's emphasis; evaluation keeps the defaults)."""
     from dlm.train.intents import INTENTS
 
-    unknown = set(intents) - set(INTENTS)
+    weights = weights or {}
+    unknown = (set(intents) | set(weights)) - set(INTENTS)
     if unknown:
         raise ValueError(f"unknown intents {', '.join(sorted(unknown))}; known: {', '.join(INTENTS)}")
+    if any(w < 0 for w in weights.values()):
+        raise ValueError("intent weights must not be negative")
     rng = random.Random(f"{seed}:{split}")
     names = list(intents or INTENTS)
-    weights = [INTENTS[n][0] for n in names]
+    mix = [weights.get(n, INTENTS[n][0]) for n in names]
     examples = []
     for _ in range(count):
         ctx = Context(split, random.Random(rng.getrandbits(64)))
@@ -116,7 +121,7 @@ def generate(split: str, count: int, seed: int, intents: Collection[str] = ()) -
             ctx.messages.append({"role": "system", "content": ctx.choice(SYSTEM_PROMPTS)})
         if ctx.rng.random() < 0.12:
             INTENTS["greeting"][1](ctx)
-        intent = ctx.rng.choices(names, weights)[0]
+        intent = ctx.rng.choices(names, mix)[0]
         call, fact = INTENTS[intent][1](ctx)
         tools = tool_specs() if ctx.rng.random() < 0.3 else None
         facts = (fact,) if isinstance(fact, str) else tuple(fact)

@@ -81,7 +81,7 @@ class Phase(NamedTuple):
 def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Phase]]:
     """The tokenizer (reloaded when resuming, trained on the full corpus otherwise) and the run's phases:
     the curriculum's corpus for its first steps, if it has one, then the full corpus."""
-    examples = generate("train", run.data.train_examples, run.data.seed, run.data.intents)
+    examples = generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights)
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
         tokenizer = Tokenizer.from_file(str(tok_path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import jsonschema
 import pytest
@@ -12,6 +13,7 @@ from dlm.chat_template import ChatTemplate
 from dlm.tools import tool_call_schema
 from dlm.tools.facts import CAPITALS
 from dlm.train.asr import CLOSERS, FILLERS, OPENERS, asr_noise
+from dlm.train.config import from_dict
 from dlm.train.data import Context, generate
 from dlm.train.encode import DialogueEncoder
 from dlm.train.intents import ARITH, CAPITAL_ASKS
@@ -132,3 +134,15 @@ def test_template_renders_string_and_object_arguments_alike() -> None:
                                  tools=[{"type": "function", "function": {"name": "get_time"}}])
     assert with_tools == ("<|im_start|>system\ntools: get_time<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
                           "<|im_start|>assistant\n")
+
+
+def test_intent_weights_shift_the_mix_and_are_checked() -> None:
+    default = Counter(e.intent for e in generate("train", 600, 0))
+    heavy = Counter(e.intent for e in generate("train", 600, 0, weights={"repeat": 100, "arithmetic": 0}))
+    assert heavy["repeat"] > 3 * default["repeat"] and heavy["arithmetic"] == 0 < default["arithmetic"]
+    with pytest.raises(ValueError, match="unknown intents nonsense"):
+        generate("train", 5, 0, weights={"nonsense": 1})
+    with pytest.raises(ValueError, match="must not be negative"):
+        generate("train", 5, 0, weights={"repeat": -1})
+    run = from_dict({"data": {"intent_weights": {"repeat": 16}}})
+    assert run.data.intent_weights == {"repeat": 16}
