@@ -8,7 +8,8 @@ the KV write offset are device tensors. One graph is captured per (queries, stor
 (a plain window, and a finished block committed in the same pass as the next window's first denoising).
 
 Masked keys get zero attention weight, so the logits equal :class:`CachedForward`'s up to the summation
-order; the price is reading the whole cache each pass, which on a GPU costs less than the launches saved.
+order. On the Triton kernel path a plain window's attention is the block-attention kernel, which reads the
+cache in place and skips the keys past the length; SDPA, the torch path, reads the whole cache.
 Off CUDA the same static-shape code runs eagerly (``kernels.capture`` is a pass-through there), which is
 how the CPU tests check it against the eager forward.
 """
@@ -20,7 +21,8 @@ import torch.nn.functional as F
 
 from dlm.decoding.block_causal import CachedForward
 from dlm.kv_cache import KVCache
-from dlm.model import Transformer
+from dlm.model import Transformer, sdpa
+from kernels.block_attention import block_attention
 from kernels.cuda_graphs import GraphedCallable, capture
 
 GRAPH_SETTINGS = ("auto", "on", "off")
@@ -34,28 +36,42 @@ def graphs_enabled(setting: str, device: torch.device) -> bool:
 
 
 class _StaticCacheView:
-    """The KV cache as one static-shape pass sees it: all ``capacity`` cached keys, then the new ones;
-    the first ``store`` new rows are also written at the device-side cache length."""
+    """The KV cache as one static-shape pass sees it: all ``capacity`` cached keys, those before the
+    device-side ``length`` valid, then the new ones; the first ``store`` new rows are also written at
+    ``length``. A plain window (nothing stored) runs the block-attention kernel when ``kernels`` is
+    "triton", which reads the cache in place; otherwise, or with rows to store (their mask is not the
+    kernel's), the keys are concatenated for SDPA under ``mask``."""
 
-    def __init__(self, cache: KVCache, length: torch.Tensor, store: int) -> None:
-        self.cache, self.length, self.store = cache, length, store
+    def __init__(self, cache: KVCache, length: torch.Tensor, store: int, mask: torch.Tensor, kernels: str) -> None:
+        self.cache, self.length, self.store, self.mask, self.kernels = cache, length, store, mask, kernels
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """[B, H, n, D] like the model's own attention; ``attn_mask`` is unused: the view knows its mask."""
         cached_k, cached_v = self.cache.k[layer], self.cache.v[layer]
+        if not self.store and self.kernels == "triton":
+            def seq_major(t: torch.Tensor) -> torch.Tensor:
+                return t.transpose(1, 2)
+
+            out = block_attention(seq_major(q), seq_major(cached_k), seq_major(cached_v), self.length,
+                                  seq_major(k), seq_major(v), path="triton")
+            return seq_major(out)
         keys, values = torch.cat((cached_k, k), 2), torch.cat((cached_v, v), 2)
         if self.store:
             at = self.length + torch.arange(self.store, device=k.device)
             cached_k.index_copy_(2, at, k[:, :, :self.store])
             cached_v.index_copy_(2, at, v[:, :, :self.store])
-        return keys, values
+        return sdpa(q, keys, values, self.mask)
 
 
 class GraphedForward(CachedForward):
     """:class:`CachedForward` whose denoising passes run captured CUDA graphs (prefill and the token-shift
     families' separate commit passes stay eager: they happen once per prompt or per block)."""
 
-    def __init__(self, model: Transformer, cache: KVCache) -> None:
+    def __init__(self, model: Transformer, cache: KVCache, kernels: str = "torch") -> None:
+        """``kernels``: the resolved kernel path ("triton" or "torch") of plain windows' attention."""
         super().__init__(model, cache)
+        self.kernels = kernels
         self._graphs: dict[tuple[int, int], GraphedCallable] = {}
         self._length = torch.zeros(1, dtype=torch.long, device=self.device)
 
@@ -67,8 +83,8 @@ class GraphedForward(CachedForward):
             positions = length + torch.arange(n, device=ids.device)
             cached = (torch.arange(capacity, device=ids.device) < length).expand(n, capacity)
             mask = torch.cat((cached, window_mask), dim=1)
-            view = _StaticCacheView(self.cache, length, store)
-            hidden = model.hidden_states(ids, positions, mask, view)  # type: ignore[arg-type]
+            view = _StaticCacheView(self.cache, length, store, mask, self.kernels)
+            hidden = model.hidden_states(ids, positions, None, view)  # type: ignore[arg-type]
             return F.linear(hidden[0], model.output_weight())
 
         return run

@@ -97,6 +97,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + _rotate_half(x) * sin
 
 
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    """[B, H, L, D] attention with GQA (fewer K/V heads than query heads) and an optional bool mask."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=k.shape[1] != q.shape[1])
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
         super().__init__()
@@ -125,11 +130,12 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if cache is not None:
-            k, v = cache.update(self.layer_index, k, v)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, enable_gqa=self.num_kv_heads != self.num_heads
-        )
+        if cache is not None and hasattr(cache, "attention"):  # a cache that runs its own attention kernel
+            out = cache.attention(self.layer_index, q, k, v, attn_mask)
+        else:
+            if cache is not None:
+                k, v = cache.update(self.layer_index, k, v)
+            out = sdpa(q, k, v, attn_mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
 
 

@@ -69,7 +69,8 @@ class Session:
             old = self._state
             model = self.engine.model
             cache = KVCache(model.cfg, self.capacity, dtype=model.output_weight().dtype, device=self.engine.device)
-            fresh = (GraphedForward if self.engine.cuda_graphs else CachedForward)(model, cache)
+            fresh = (GraphedForward(model, cache, self.engine.kernels) if self.engine.cuda_graphs
+                     else CachedForward(model, cache))
             if old is not None:
                 n = old.cache.length
                 cache.k[:, :, :, :n], cache.v[:, :, :, :n] = old.cache.k[:, :, :, :n], old.cache.v[:, :, :, :n]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from latency_bench.gpu_engine import missing_engine_packages, run_engine_timings
+from latency_bench.gpu_engine import QUESTIONS, missing_engine_packages, run_engine_timings
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BLOCK = 16  # the denoising block (tokens per block)
@@ -368,6 +368,8 @@ def path_decisions(report: Report) -> list[dict[str, object]]:
     best: dict[tuple[str, str], dict[str, float]] = {}
     rows = [(r["kernel"], r["shape"], r["path"], r["ms"]) for r in report.kernels]
     rows += [("model pass", f"{r['shape']} L={r['prompt']}", r["path"], r["pass_ms"]) for r in report.models]
+    rows += [("engine graphed pass (block attention vs SDPA)", "demo checkpoint", r["kernels"], r["ms_per_pass"])
+             for r in report.engine if r["cuda_graphs"] == "on"]
     for kernel, shape, path, ms in rows:
         family = str(kernel).split(" (")[0]
         if family.startswith("SDPA is_causal"):
@@ -466,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
             report.env["engine_skipped"] = f"needs {', '.join(missing)} (pip install {' '.join(missing)})"
             print(f"engine section skipped: {report.env['engine_skipped']}", file=sys.stderr)
         else:
-            sections.append(("engine", lambda: report.engine.extend(run_engine_timings(plan.device, plan.reps // 5 or 1))))
+            questions = QUESTIONS[:1] if plan.dry_run else QUESTIONS
+            sections.append(("engine", lambda: report.engine.extend(
+                run_engine_timings(plan.device, plan.reps // 5 or 1, plan.paths, questions))))
     for name, run in sections:
         print(f"== {name}", flush=True)
         report.attempt(name, run)

@@ -24,13 +24,13 @@ ENGINE_PACKAGES = ("tokenizers", "safetensors")
 QUESTIONS = ("what's the capital of france", "set a timer for ten minutes", "how much is 12 times 4")
 
 
-def _timed_turns(engine: Engine, reps: int) -> tuple[list[list[int]], dict[str, float]]:
+def _timed_turns(engine: Engine, reps: int, questions: tuple[str, ...]) -> tuple[list[list[int]], dict[str, float]]:
     """Every question ``reps`` times on fresh sessions: the ids of the last round and median timings."""
     first, total, passes = [], [], []
     ids: list[list[int]] = []
     for _ in range(reps):
         ids = []
-        for question in QUESTIONS:
+        for question in questions:
             started = time.perf_counter()
             result = engine.generate([{"role": "user", "content": question}], max_new_tokens=48, effort="medium")
             if engine.device.type == "cuda":
@@ -48,23 +48,27 @@ def missing_engine_packages() -> list[str]:
     return [name for name in ENGINE_PACKAGES if importlib.util.find_spec(name) is None]
 
 
-def run_engine_timings(device: torch.device, reps: int) -> list[dict[str, object]]:
-    """One row per setting; raises if the graphed engine decodes different ids than the eager one."""
+def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
+                       questions: tuple[str, ...] = QUESTIONS) -> list[dict[str, object]]:
+    """One row per (cuda_graphs, kernels) setting: eager on the first kernel path, then graphed on each
+    (with "triton", graphed passes attend through the block-attention kernel, with "torch" through SDPA).
+    Raises if any setting decodes different ids than the eager one."""
     from dlm.cli import DEMO_CHECKPOINT
     from dlm.engine import Engine
 
-    rows, decoded = [], {}
-    for setting in ("off", "on"):
-        engine = Engine.from_dir(DEMO_CHECKPOINT, device=str(device), cuda_graphs=setting)
+    rows, decoded = [], []
+    for graphs, kernels in [("off", paths[0]), *(("on", path) for path in paths)]:
+        engine = Engine.from_dir(DEMO_CHECKPOINT, device=str(device), kernels=kernels, cuda_graphs=graphs)
         try:
-            _timed_turns(engine, 1)  # warm-up: CUDA context, Triton JIT and, with graphs, their capture
-            decoded[setting], figures = _timed_turns(engine, reps)
+            _timed_turns(engine, 1, questions)  # warm-up: CUDA context, Triton JIT, graph capture
+            ids, figures = _timed_turns(engine, reps, questions)
         finally:
             engine.close()
-        rows.append({"engine": "demo checkpoint", "cuda_graphs": setting, "kernels": engine.kernels,
+        decoded.append(ids)
+        rows.append({"engine": "demo checkpoint", "cuda_graphs": graphs, "kernels": kernels,
                      **{k: round(v, 3) for k, v in figures.items()}})
-        print(f"  engine cuda_graphs={setting}: first block {figures['first_block_ms']:.2f} ms, "
+        print(f"  engine cuda_graphs={graphs} kernels={kernels}: first block {figures['first_block_ms']:.2f} ms, "
               f"{figures['ms_per_pass']:.3f} ms/pass", flush=True)
-    if decoded["on"] != decoded["off"]:
-        raise AssertionError("the CUDA-graphed engine decoded different ids than the eager one")
+    if any(ids != decoded[0] for ids in decoded):
+        raise AssertionError("a CUDA-graphed engine decoded different ids than the eager one")
     return rows

@@ -11,7 +11,9 @@ from dlm.decoding.block_causal import CachedForward
 from dlm.engine import Engine
 from dlm.graphed_forward import GraphedForward, graphs_enabled
 from dlm.kv_cache import KVCache
+from kernels.dispatch import triton_available
 
+needs_triton = pytest.mark.skipif(not triton_available(), reason="needs the triton package")
 PROMPTS = ([5, 17, 42, 99, 123, 200, 7], "The quick brown fox jumps over 12 lazy dogs")
 
 
@@ -23,21 +25,21 @@ def test_setting_is_checked_and_auto_means_cuda_only():
         graphs_enabled("yes", torch.device("cpu"))
 
 
-def _pair(model, prompt: list[int], block: int) -> tuple[CachedForward, GraphedForward]:
+def _pair(model, prompt: list[int], block: int, kernels: str) -> tuple[CachedForward, GraphedForward]:
     """Eager and static forwards over identical caches holding ``prompt``'s full blocks."""
-    forwards = []
-    for kind in (CachedForward, GraphedForward):
-        forward = kind(model, KVCache(model.cfg, 96))
+    eager, static = CachedForward(model, KVCache(model.cfg, 96)), GraphedForward(model, KVCache(model.cfg, 96), kernels)
+    for forward in (eager, static):
         forward.extend(prompt, block)
-        forwards.append(forward)
-    return forwards[0], forwards[1]
+    return eager, static
 
 
-def test_denoise_logits_match_the_eager_forward(fixtures_dir):
+# "triton": a plain window's attention is the block-attention kernel (in Triton's interpreter on the CPU)
+@pytest.mark.parametrize("kernels", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_denoise_logits_match_the_eager_forward(fixtures_dir, kernels):
     model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, model.cfg.vocab_size - 2, (20,), generator=gen).tolist()
-    eager, static = _pair(model, prompt, 4)
+    eager, static = _pair(model, prompt, 4, kernels)
     window = torch.tensor([11, model.cfg.mask_token_id, 3, model.cfg.mask_token_id])
     rows = torch.tensor([1, 3])
     torch.testing.assert_close(static.denoise(window, rows), eager.denoise(window, rows), atol=1e-5, rtol=1e-5)
@@ -63,6 +65,22 @@ def engines(request, fixtures_dir):
     yield pair
     for engine in pair.values():
         engine.close()
+
+
+@needs_triton
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
+def test_kernel_path_with_static_shapes_decodes_the_eager_ids(fixtures_dir, family):
+    """What a GPU runs: Triton selection and block attention inside the static pass (interpreted here)."""
+    path = fixtures_dir / family / "checkpoint"
+    gpu_like = Engine.from_dir(path, kernels="triton", cuda_graphs="on")
+    eager = Engine.from_dir(path, kernels="torch", cuda_graphs="off")
+    try:
+        for prompt in PROMPTS:
+            got, want = (e.generate(prompt, max_new_tokens=10, threshold=0.5) for e in (gpu_like, eager))
+            assert got.token_ids == want.token_ids and got.forward_passes == want.forward_passes
+    finally:
+        gpu_like.close()
+        eager.close()
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

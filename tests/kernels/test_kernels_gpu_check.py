@@ -20,10 +20,11 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert {r["path"] for r in report["models"]} == {"triton", "torch"}
     assert {r["batch"] for r in report["decode"]} == {1, 2}
     assert all(r["pass_ms"] > 0 for r in report["models"] + report["decode"])
-    assert [r["cuda_graphs"] for r in report["engine"]] == ["off", "on"]
+    assert [(r["cuda_graphs"], r["kernels"]) for r in report["engine"]] == [
+        ("off", "triton"), ("on", "triton"), ("on", "torch")]
     assert all(r["first_block_ms"] > 0 and r["ms_per_pass"] > 0 for r in report["engine"])
     md = js.with_suffix(".md").read_text()
-    assert "## Goals" in md and "| confidence |" in md and "| demo checkpoint | on |" in md
+    assert "## Goals" in md and "| confidence |" in md and "| demo checkpoint | on | triton |" in md
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
