@@ -39,15 +39,15 @@ class _StaticCacheView:
     """The KV cache as one static-shape pass sees it: all ``capacity`` cached keys, those before the
     device-side ``length`` valid, then the new ones; the first ``store`` new rows are also written at
     ``length``. A plain window (nothing stored) runs the block-attention kernel when ``kernels`` is
-    "triton", which reads the cache in place; otherwise, or with rows to store (their mask is not the
-    kernel's), the keys are concatenated for SDPA under ``mask``."""
+    "triton", which reads the cache in place (its mask is exactly the kernel's pattern); otherwise, or with
+    rows to store, the keys are concatenated for SDPA under the pass's mask."""
 
-    def __init__(self, cache: KVCache, length: torch.Tensor, store: int, mask: torch.Tensor, kernels: str) -> None:
-        self.cache, self.length, self.store, self.mask, self.kernels = cache, length, store, mask, kernels
+    def __init__(self, cache: KVCache, length: torch.Tensor, store: int, kernels: str) -> None:
+        self.cache, self.length, self.store, self.kernels = cache, length, store, kernels
 
     def attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """[B, H, n, D] like the model's own attention; ``attn_mask`` is unused: the view knows its mask."""
+        """[B, H, n, D] like the model's own attention, ``attn_mask`` over the whole cache then the new keys."""
         cached_k, cached_v = self.cache.k[layer], self.cache.v[layer]
         if not self.store and self.kernels == "triton":
             def seq_major(t: torch.Tensor) -> torch.Tensor:
@@ -61,7 +61,7 @@ class _StaticCacheView:
             at = self.length + torch.arange(self.store, device=k.device)
             cached_k.index_copy_(2, at, k[:, :, :self.store])
             cached_v.index_copy_(2, at, v[:, :, :self.store])
-        return sdpa(q, keys, values, self.mask)
+        return sdpa(q, keys, values, attn_mask)
 
 
 class GraphedForward(CachedForward):
@@ -78,13 +78,15 @@ class GraphedForward(CachedForward):
     def _static_pass(self, store: int):
         capacity, model = self.cache.capacity, self.model
 
-        def run(ids: torch.Tensor, length: torch.Tensor, window_mask: torch.Tensor) -> torch.Tensor:
+        def run(ids: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
             n = ids.shape[1]
             positions = length + torch.arange(n, device=ids.device)
             cached = (torch.arange(capacity, device=ids.device) < length).expand(n, capacity)
-            mask = torch.cat((cached, window_mask), dim=1)
-            view = _StaticCacheView(self.cache, length, store, mask, self.kernels)
-            hidden = model.hidden_states(ids, positions, None, view)  # type: ignore[arg-type]
+            window = torch.ones(n, n, dtype=torch.bool, device=ids.device)
+            window[:store, store:] = False  # a block committed in this pass does not see the next window
+            mask = torch.cat((cached, window), dim=1)
+            view = _StaticCacheView(self.cache, length, store, self.kernels)
+            hidden = model.hidden_states(ids, positions, mask, view)  # type: ignore[arg-type]
             return F.linear(hidden[0], model.output_weight())
 
         return run
@@ -94,10 +96,8 @@ class GraphedForward(CachedForward):
         n = ids.shape[0]
         if self.cache.length + n > self.cache.capacity:
             raise ValueError(f"KV cache full: {self.cache.length + n} positions needed, capacity {self.cache.capacity}")
-        window_mask = torch.ones(n, n, dtype=torch.bool, device=self.device)
-        window_mask[:store, store:] = False
         self._length.fill_(self.cache.length)
-        inputs = (ids[None], self._length, window_mask)
+        inputs = (ids[None], self._length)
         graph = self._graphs.get((n, store))
         if graph is None:
             # capture warms up by running the pass; the KV it stores is rewritten by the replay below

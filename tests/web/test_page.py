@@ -50,7 +50,7 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
 
     assert state["errors"] == []
     # Whisper tiny hears the question through Chromium's Opus encoder and aiortc's jitter buffer; one misheard
-    # word in six is within its error rate ("capital of friends" was seen once under load), two are not.
+    # word in six is within its error rate ("capital of friends" was seen in CI runs), two are not.
     user = " ".join(state["user"])
     assert spoken_words_recovered(QUESTION, user) >= 0.8, (QUESTION, user)
     assert state["assistant"] and state["assistant"][0].strip()
