@@ -56,13 +56,17 @@ class OptimConfig:
 
 @dataclass
 class CurriculumConfig:
-    """The run's first `steps` steps train on dialogues of `intents` alone (`examples` of them), the rest on
-    the full corpus. Copying is learned in a sudden phase change that a corpus of nothing but copies reaches
-    within minutes and the full mix, where copies are diluted, does not reach in a whole run."""
+    """The run's first steps train on dialogues of `intents` alone (`examples` of them), the rest on the full
+    corpus. Copying is learned in a sudden phase change that a corpus of nothing but copies reaches within
+    minutes and the full mix, where copies are diluted, does not reach in a whole run. When that change comes
+    varies from seed to seed, so the curriculum can end on its loss (`until_loss`: the mean over its last
+    `loss_window` steps falls below it) rather than at a fixed step; `steps` is then its most."""
 
     intents: list[str] = field(default_factory=list)
     steps: int = 0
     examples: int = 8000
+    until_loss: float = 0.0  # 0: always run all `steps`
+    loss_window: int = 100
 
 
 @dataclass
@@ -97,6 +101,10 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise ValueError("[train] loss_weighting must be 'masked_mean' or 'inverse_t'")
     if run.curriculum.steps and not run.curriculum.intents:
         raise ValueError("[curriculum] steps needs intents: the first steps train on those intents only")
+    if run.curriculum.until_loss < 0 or run.curriculum.loss_window < 1:
+        raise ValueError("[curriculum] until_loss must be >= 0 and loss_window >= 1")
+    if run.curriculum.until_loss and not run.curriculum.steps:
+        raise ValueError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
     return run
 
 

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from dlm.checkpoint import save_checkpoint
 from dlm.config import ModelConfig
 from dlm.model import Transformer
-from dlm.train.config import RunConfig
+from dlm.train.config import CurriculumConfig, RunConfig
 from dlm.train.data import Example, generate
 from dlm.train.encode import DialogueEncoder, Encoded
 from dlm.train.objective import diffusion_loss, make_batch
@@ -35,6 +35,7 @@ class TrainResult:
     losses: list[float]
     seconds: float
     out_dir: Path
+    phase_starts: list[int | None]  # the step each phase began at (None: never reached)
 
 
 def model_config(run: RunConfig, tokenizer: Tokenizer) -> ModelConfig:
@@ -71,16 +72,17 @@ def init_weights(model: Transformer, seed: int) -> None:
 
 
 class Phase(NamedTuple):
-    """A stretch of the run, from `first_step` on, that draws its batches from one corpus."""
+    """A stretch of the run, from `first_step` on, that draws its batches from one corpus; a phase whose
+    start depends on how training goes has `first_step` None until the run begins it."""
 
     name: str
-    first_step: int
+    first_step: int | None
     corpus: list[Encoded]
 
 
 def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Phase]]:
     """The tokenizer (reloaded when resuming, trained on the full corpus otherwise) and the run's phases:
-    the curriculum's corpus for its first steps, if it has one, then the full corpus."""
+    the curriculum's corpus from step 0, if it has one, then the full corpus from a step the run decides."""
     examples = generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights)
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
@@ -96,7 +98,7 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokeniz
         return [enc for enc in map(encoder.encode, dialogues) if len(enc.ids) <= run.data.max_length]
 
     curriculum = run.curriculum
-    full = Phase("full", curriculum.steps, encode(examples))
+    full = Phase("full", None if curriculum.steps else 0, encode(examples))
     if not curriculum.steps:
         return tokenizer, [full]
     opening = generate("train", curriculum.examples, run.data.seed, curriculum.intents)
@@ -119,26 +121,47 @@ def batch_schedule(encoded: list[Encoded], batch_size: int, seed: str, epoch: in
 
 class BatchSource:
     """The dialogues of each step: each phase's corpus from its first step on, in seeded epochs, so that a
-    resumed run draws exactly the batches an uninterrupted one would."""
+    resumed run (given the steps its phases began at) draws exactly the batches an uninterrupted one would."""
 
     def __init__(self, phases: list[Phase], batch_size: int, seed: int):
         for phase in phases:
             if len(phase.corpus) < batch_size:
-                raise ValueError(f"a corpus of {len(phase.corpus)} dialogues (from step {phase.first_step}) "
+                raise ValueError(f"a corpus of {len(phase.corpus)} dialogues (phase {phase.name}) "
                                  f"cannot fill a batch of {batch_size}")
-        self.phases, self.batch_size, self.seed = phases, batch_size, seed
+        self.phases, self.batch_size, self.seed = list(phases), batch_size, seed
         self._cached: tuple[tuple[int, int], list[list[int]]] = ((-1, -1), [])
 
     def phase_index(self, step: int) -> int:
-        return max(i for i, phase in enumerate(self.phases) if phase.first_step <= step)
+        return max(i for i, phase in enumerate(self.phases) if phase.first_step is not None
+                   and phase.first_step <= step)
+
+    def begin(self, index: int, step: int) -> None:
+        """Start phase `index` at `step` (the phases before it end there)."""
+        self.phases[index] = self.phases[index]._replace(first_step=step)
+
+    def starts(self) -> list[int | None]:
+        return [phase.first_step for phase in self.phases]
 
     def batch(self, step: int) -> list[Encoded]:
         index = self.phase_index(step)
         _, first_step, corpus = self.phases[index]
+        assert first_step is not None
         epoch, position = divmod(step - first_step, len(corpus) // self.batch_size)
         if self._cached[0] != (index, epoch):
             self._cached = ((index, epoch), batch_schedule(corpus, self.batch_size, f"{self.seed}:{index}", epoch))
         return [corpus[i] for i in self._cached[1][position]]
+
+
+def curriculum_over(curriculum: CurriculumConfig, losses: list[float], steps_done: int) -> str | None:
+    """Why the curriculum ends after `steps_done` steps (all of them on its corpus), or None to go on."""
+    window = losses[-curriculum.loss_window:]
+    if curriculum.until_loss and len(window) == curriculum.loss_window:
+        mean = sum(window) / len(window)
+        if mean < curriculum.until_loss:
+            return f"its mean loss over the last {len(window)} steps is {mean:.2f} < {curriculum.until_loss}"
+    if steps_done >= curriculum.steps:
+        return f"it reached its most steps, {curriculum.steps}"
+    return None
 
 
 def learning_rate(run: RunConfig, step: int) -> float:
@@ -181,12 +204,15 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=opt_cfg.lr, betas=(0.9, 0.95))
     step, losses = 0, []
+    source = BatchSource(phases, opt_cfg.batch_size, opt_cfg.seed)
     if resume and state_path.exists():
         state = torch.load(state_path, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, losses = state["step"], state["losses"]
-    source = BatchSource(phases, opt_cfg.batch_size, opt_cfg.seed)
+        for index, first_step in enumerate(state["phase_starts"]):
+            if first_step is not None:
+                source.begin(index, first_step)
     started, tokens_seen = time.monotonic(), 0
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
@@ -211,20 +237,24 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         optimizer.step()
         step += 1
         losses.append(loss.item())
+        if source.phases[-1].first_step is None and (why := curriculum_over(run.curriculum, losses, step)):
+            source.begin(len(source.phases) - 1, step)
+            tqdm.write(f"the curriculum ends at step {step}: {why}")
         tokens_seen += batch.tokens
         elapsed = time.monotonic() - started
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
-                        block=block_size, corpus=phases[source.phase_index(step - 1)].name)
+                        block=block_size, corpus=source.phases[source.phase_index(step - 1)].name)
         out_of_time = elapsed > opt_cfg.max_minutes * 60
         if step % opt_cfg.checkpoint_every == 0 or step == last or out_of_time:
             state_dir.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                        "losses": losses, "config": run.as_dict()}, state_path)
+                        "losses": losses, "phase_starts": source.starts(), "config": run.as_dict()}, state_path)
         if out_of_time:
             tqdm.write(f"stopping at step {step}: over max_minutes={opt_cfg.max_minutes}")
             break
     bar.close()
     model.eval()
     export(model, tokenizer, out_dir, opt_cfg.block_sizes)
-    return TrainResult(step, losses[-1] if losses else float("nan"), losses, time.monotonic() - started, out_dir)
+    return TrainResult(step, losses[-1] if losses else float("nan"), losses, time.monotonic() - started, out_dir,
+                       source.starts())

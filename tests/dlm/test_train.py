@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from dlm.checkpoint import load_checkpoint
-from dlm.train.config import from_dict
+from dlm.train.config import CurriculumConfig, from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
-from dlm.train.train import BatchSource, Phase, train
+from dlm.train.train import BatchSource, Phase, curriculum_over, train
 
 MASK, PAD = 3, 0
 
@@ -60,8 +60,10 @@ def test_everything_after_a_blocks_first_target_is_learned() -> None:
     assert targets.int().tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1]
 
 
-def tiny_run(tmp: Path, steps: int, checkpoint_every: int = 10, curriculum_steps: int = 0) -> dict:
-    curriculum = {"intents": ["repeat", "capital"], "steps": curriculum_steps, "examples": 40}
+def tiny_run(tmp: Path, steps: int, checkpoint_every: int = 10, curriculum_steps: int = 0,
+             until_loss: float = 0.0) -> dict:
+    curriculum = {"intents": ["repeat", "capital"], "steps": curriculum_steps, "examples": 40,
+                  "until_loss": until_loss, "loss_window": 3}
     return {
         "curriculum": curriculum if curriculum_steps else {},
         "data": {"train_examples": 240, "vocab_size": 400, "max_length": 256},
@@ -85,16 +87,19 @@ def test_tiny_run_learns_and_exports_a_loadable_checkpoint(tmp_path: Path) -> No
         assert (result.out_dir / name).exists()
 
 
-@pytest.mark.parametrize("curriculum_steps", [0, 4])
-def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int) -> None:
-    # with a curriculum, the run stops after the switch to the full corpus and resumes in the new phase
+@pytest.mark.parametrize(("curriculum_steps", "until_loss", "switch"), [(0, 0.0, 0), (4, 0.0, 4), (10, 99.0, 3)])
+def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int, until_loss: float, switch: int) -> None:
+    # with a curriculum, the run stops after the switch to the full corpus and resumes in the new phase; when
+    # the switch came from the loss (any loss is under 99 once the 3-step window is full), the state has it
     def run(name: str) -> dict:
-        return from_dict(tiny_run(tmp_path / name, steps=12, curriculum_steps=curriculum_steps))
+        return from_dict(tiny_run(tmp_path / name, steps=12, curriculum_steps=curriculum_steps,
+                                  until_loss=until_loss))
 
     straight = train(run("a"), progress=False)
     first = train(run("b"), progress=False, stop_after=6)
     resumed = train(run("b"), resume=True, progress=False)
     assert first.steps == 6 and resumed.steps == 12
+    assert straight.phase_starts[-1] == resumed.phase_starts[-1] == switch
     assert resumed.losses == straight.losses
     a = torch.load(tmp_path / "a" / "state" / "state.pt")["model"]
     b = torch.load(tmp_path / "b" / "state" / "state.pt")["model"]
@@ -116,3 +121,17 @@ def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_th
 def test_a_curriculum_without_intents_is_refused() -> None:
     with pytest.raises(ValueError, match=r"\[curriculum\] steps needs intents"):
         from_dict({"curriculum": {"steps": 100}})
+    with pytest.raises(ValueError, match=r"until_loss needs steps"):
+        from_dict({"curriculum": {"intents": ["repeat"], "until_loss": 1.0}})
+    with pytest.raises(ValueError, match=r"loss_window >= 1"):
+        from_dict({"curriculum": {"intents": ["repeat"], "steps": 9, "loss_window": 0}})
+
+
+def test_the_curriculum_ends_on_its_windowed_loss_or_at_its_most_steps() -> None:
+    curriculum = CurriculumConfig(intents=["repeat"], steps=6, until_loss=1.0, loss_window=3)
+    assert curriculum_over(curriculum, [0.1, 0.2], 2) is None  # the window is not full yet
+    assert curriculum_over(curriculum, [2.0, 1.5, 1.2, 1.1], 4) is None
+    assert "most steps, 6" in (curriculum_over(curriculum, [2.0] * 6, 6) or "")
+    assert "0.80 < 1.0" in (curriculum_over(curriculum, [2.0, 0.8, 0.8, 0.8], 4) or "")
+    fixed = CurriculumConfig(intents=["repeat"], steps=6)
+    assert curriculum_over(fixed, [0.0] * 5, 5) is None
