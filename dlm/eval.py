@@ -5,6 +5,8 @@ Measures, on dialogues whose request templates and values never occur in trainin
 - answer correctness: the spoken reply, written after the tool's result, contains the right number or fact
   (and a missed tool call counts as a wrong answer),
 - valid JSON of tool calls without constraints and with JSON-schema constrained decoding,
+- tool-call exact match through the API's decoding (`dlm.api.span_generation`: the free decoder's call is
+  kept when it is valid, decoded again under the schema when it is not) and how often the draft is kept,
 - tokens per forward pass at each effort.
 Without --model it evaluates the shipped checkpoint.
 """
@@ -22,6 +24,7 @@ from typing import Any
 import torch
 
 from dlm.api.constrained_generation import constrained_decode
+from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check, vocab_strings
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
@@ -105,6 +108,17 @@ class Assistant:
                                                          threshold=0.9) for token in committed]
         return Generation([self.call_open, *ids, self.call_close], forward.passes)
 
+    def api_call(self, prompt: list[int], effort: str) -> tuple[list[int], SpanRun]:
+        """Decode as the OpenAI API does with tools (tool_choice auto): free text, calls under their schema."""
+        plan = SpanPlan(open_id=self.call_open, span_schema=self.call_schema, close_id=self.call_close)
+        knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size)
+        session, run = self.engine.new_session(), SpanRun()
+        try:
+            steps = span_decode(self.engine, session, prompt, MAX_NEW_TOKENS, plan, self.vocab, knobs, None, run)
+            return [token for ids in steps for token in ids], run
+        finally:
+            session.release()
+
     def text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special=True)
 
@@ -137,8 +151,11 @@ class Tally:
     counts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     def add(self, key: str, ok: bool) -> None:
-        self.counts[key][0] += int(ok)
-        self.counts[key][1] += 1
+        self.count(key, int(ok), 1)
+
+    def count(self, key: str, hits: int, total: int) -> None:
+        self.counts[key][0] += hits
+        self.counts[key][1] += total
 
     def rate(self, key: str) -> float:
         hit, total = self.counts.get(key, (0, 0))
@@ -179,6 +196,9 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
             _, parsed = assistant.parse_call(forced.ids)
             tally.add("valid_json_constrained", parsed is not None and not check(parsed, compiled))
             tally.add("tool_call_exact_constrained", same_call(parsed, example.call))
+            ids, run = assistant.api_call(prompt, DEFAULT_EFFORT)
+            tally.add("tool_call_exact_api", same_call(assistant.parse_call(ids)[1], example.call))
+            tally.count("api_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
     intents = sorted({e.intent for e in examples})
     return {
         "examples": len(examples),
@@ -189,6 +209,8 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
         "tool_call_exact_constrained": tally.rate("tool_call_exact_constrained"),
         "tokens_per_forward": {e: tokens[e] / max(passes[e], 1) for e in efforts},
         "tokens_per_forward_constrained": constrained_tokens / max(constrained_passes, 1),
+        "tool_call_exact_api": tally.rate("tool_call_exact_api"),
+        "api_draft_kept": tally.rate("api_draft_kept"),
         "by_effort": {e: {"tool_call_exact": tally.rate(f"tool_call_exact/{e}"),
                           "answer_correct": tally.rate(f"answer_correct/{e}"),
                           "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}")}
@@ -206,7 +228,9 @@ def format_table(report: dict[str, Any]) -> str:
     lines.append(f"{'tokens_per_forward':<28}" + "".join(f"{report['tokens_per_forward'][e]:>10.2f}" for e in efforts))
     lines += ["", f"{'valid_json_constrained':<28}{report['valid_json_constrained']:>10.1%}",
               f"{'tool_call_exact_constrained':<28}{report['tool_call_exact_constrained']:>10.1%}",
-              f"{'tokens_per_forward_constr.':<28}{report['tokens_per_forward_constrained']:>10.2f}", "",
+              f"{'tokens_per_forward_constr.':<28}{report['tokens_per_forward_constrained']:>10.2f}",
+              f"{'tool_call_exact_api':<28}{report['tool_call_exact_api']:>10.1%}",
+              f"{'api_draft_kept':<28}{report['api_draft_kept']:>10.1%}", "",
               f"answer correct by intent ({DEFAULT_EFFORT}):"]
     lines += [f"  {k:<26}{v:>10.1%}" for k, v in report["answer_correct_by_intent"].items()]
     return "\n".join(lines)

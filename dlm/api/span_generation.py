@@ -2,16 +2,20 @@
 
 A generation alternates two modes on one engine session. Free mode is the engine's own block decoder
 (:func:`dlm.decoding.block_causal.decode`). When the model commits the span's opening token (the demo
-tokenizer's special `<tool_call>`), decoding switches to :func:`constrained_decode` under the tools' call
-schema until the schema is complete and the model commits the closing token, then goes back to free mode.
-A span can also be open from the first token (response_format, or a forced tool call whose opening tag
-ends the prompt). Tokens the free decoder had already guessed past the opening token are dropped, never
-committed: the cache only ever holds what was emitted.
+tokenizer's special `<tool_call>`), the free decoder first drafts the span on: a draft that closes with the
+closing token and holds JSON the schema accepts is emitted as it is. Otherwise the cache is rewound to the
+opening token and the span is decoded again under the schema with :func:`constrained_decode`, until the
+schema is complete and the model commits the closing token; then decoding goes back to free mode. Drafting
+first matters: the constrained decoder commits left to right, and a diffusion model's calls are exact less
+often in that order than in its own (`python -m dlm.eval` measures both: `tool_call_exact_constrained`
+and `tool_call_exact_api`). A span can also be open from the first token (response_format, or a forced
+tool call whose opening tag ends the prompt). Nothing past what was emitted stays in the cache.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +23,7 @@ from typing import Any
 import torch
 
 from dlm.api.constrained_generation import constrained_decode
-from dlm.constrained import JsonSchemaConstraint
+from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding import block_causal as bc
 from dlm.decoding.confidence import Sampling
 from dlm.effort import Knobs, resolve
@@ -41,6 +45,8 @@ class SpanRun:
     """The state one generation's steps share with the caller (read after the steps end)."""
 
     finished_by_stop: bool = False
+    drafts_kept: int = 0  # spans the free decoder wrote valid and closed
+    drafts_redone: int = 0  # spans decoded again under the schema
 
 
 def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, plan: SpanPlan, vocab: list[str],
@@ -76,24 +82,61 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
                 yield [plan.close_id]
                 schema = None
                 continue
-            opened = False
+            draft: list[int] | None = None  # what the free decoder wrote after an opening token
+            finished = False
             steps = bc.decode(cfg, state, tokens, dataclasses.replace(policy, max_new_tokens=budget),
                               state.last_logits, generator)
             for commit in steps:
-                ids = commit.token_ids
-                if plan.open_id is not None and plan.open_id in ids:
-                    ids, opened = ids[: ids.index(plan.open_id) + 1], True
+                ids, finished = commit.token_ids, commit.finished
+                if draft is None and plan.open_id is not None and plan.open_id in ids:
+                    cut = ids.index(plan.open_id) + 1
+                    ids, draft = ids[:cut], ids[cut:]
+                elif draft is not None:
+                    draft, ids = draft + ids, []
                 generated += ids
                 yield ids  # possibly empty: one pass, so the caller can stop or interleave here
-                if opened:
-                    break
-                if commit.finished:
-                    run.finished_by_stop = len(generated) < max_tokens
+                if finished or (draft is not None and plan.close_id in draft):
                     break
             steps.close()
-            if not opened:
+            if draft is None:
+                run.finished_by_stop = finished and len(generated) < max_tokens
                 break
-            schema, end_ids = plan.span_schema, frozenset({plan.close_id})
+            span = _closed_span(draft, plan, vocab)
+            if span is not None:
+                run.drafts_kept += 1
+                generated += span
+                yield span
+            else:
+                run.drafts_redone += 1
+                schema, end_ids = plan.span_schema, frozenset({plan.close_id})
+            _rewind(state, len(prompt) + len(generated), cfg.token_shift)
+
+
+def _closed_span(draft: list[int], plan: SpanPlan, vocab: list[str]) -> list[int] | None:
+    """The draft up to its closing token if what it encloses is JSON the span's schema accepts, else None."""
+    if plan.close_id not in draft:
+        return None
+    body = draft[: draft.index(plan.close_id)]
+    try:
+        value = json.loads("".join(vocab[token] for token in body))
+    except json.JSONDecodeError:
+        return None
+    if plan.span_schema is not None and check(value, CompiledSchema(plan.span_schema)):
+        return None
+    return [*body, plan.close_id]
+
+
+def _rewind(state: bc.CachedForward, keep: int, token_shift: bool) -> None:
+    """Drop what the cache holds past the first `keep` tokens, back to a block boundary it can resume from.
+
+    A token-shift model predicts a block's first token from the position before it, whose logits only a
+    commit pass gives back, so it goes one block further back when `keep` is itself a boundary."""
+    ends = [0, *(end for end in state.ends if end <= keep)]
+    target = ends[-1]
+    if token_shift and target == keep and len(ends) > 1:
+        target = ends[-2]
+    if target < state.length:
+        state.truncate(target)
 
 
 def _commit_full_blocks(state: bc.CachedForward, tokens: list[int], size: int) -> None:
