@@ -29,7 +29,7 @@ import torch
 from dlm.checkpoint import load_checkpoint
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
-from dlm.effort import Knobs, resolve
+from dlm.effort import DEFAULT_EFFORT, THRESHOLDS, Knobs, resolve
 from dlm.graphed_forward import graphs_enabled
 from dlm.model import Transformer
 from dlm.scheduler import Delivery, Job, Scheduler
@@ -303,11 +303,11 @@ def _bidirectional_steps(
         from dlm.decoding.dream import stream_generate
     else:
         raise NotImplementedError(f"no bidirectional sampler for model_type {cfg.model_type!r}")
-    effort = knobs.effort or "medium"
+    effort = knobs.effort or DEFAULT_EFFORT
     threshold = knobs.threshold
     steps = knobs.passes_per_block
     if threshold is None and steps is None:
-        threshold = {"low": 0.7, "medium": 0.9, "high": None}[effort]
+        threshold = THRESHOLDS[effort]
         steps = None if threshold is not None else (knobs.block_size or cfg.block_size)
     params = DecodeParams(
         max_new_tokens=knobs.max_new_tokens, block_size=knobs.block_size, threshold=threshold,
