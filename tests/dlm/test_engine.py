@@ -1,6 +1,7 @@
 """The engine on the fixture checkpoints: results, stops, max tokens, streaming, rollback, cancellation."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -117,17 +118,23 @@ def test_cancellation_frees_the_session(engine):
     async def main():
         session = engine.new_session()
         first = asyncio.Event()
+        gate = threading.Event()
 
         async def consume():
-            async for _ in engine.stream(PROMPT, session=session, max_new_tokens=64, passes_per_block=4):
-                first.set()
+            async for _ in engine.stream(PROMPT, session=session, max_new_tokens=256, passes_per_block=4):
+                if not first.is_set():
+                    engine.worker.submit(gate.wait)  # no further pass until the cancel has landed: on a busy
+                    first.set()  # machine the worker could otherwise finish before the event loop cancels
 
         task = asyncio.create_task(consume())
         await first.wait()
         assert session.nbytes > 0
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            gate.set()
         await asyncio.get_running_loop().run_in_executor(engine.worker, lambda: None)  # after the in-flight pass
         return session
 
