@@ -11,6 +11,7 @@ is spoken, run with :mod:`dlm.tools`, and their results go back to the model for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -105,14 +106,17 @@ class LmStage:
                 self._fit_history()
                 splitter = ToolCallSplitter()
                 call_body: str | None = None
-                async for piece in self.engine.stream(self.history, session=self.session, **self._stream_options()):
-                    text, call_body = splitter.push(piece)
-                    if text.strip():
-                        spoke = True
-                    if text:
-                        yield text
-                    if call_body is not None:
-                        break
+                # closed on leaving, so the engine is done with the session before the next round starts
+                async with contextlib.aclosing(
+                        self.engine.stream(self.history, session=self.session, **self._stream_options())) as stream:
+                    async for piece in stream:
+                        text, call_body = splitter.push(piece)
+                        if text.strip():
+                            spoke = True
+                        if text:
+                            yield text
+                        if call_body is not None:
+                            break
                 if call_body is None or round_no == self.config.max_tool_rounds:
                     tail = splitter.flush()
                     if tail.strip() or not spoke:
