@@ -30,7 +30,9 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--first-block-size", type=int, default=None, help="a smaller first block (block schedule)")
     knob = p.add_mutually_exclusive_group()
     knob.add_argument("--passes-per-block", type=int, default=None)
-    knob.add_argument("--threshold", type=float, default=None)
+    knob.add_argument("--threshold", type=float, default=None, help="commit every position above this confidence")
+    knob.add_argument("--factor", type=float, default=None,
+                      help="commit by the factor rule: the n most confident while (n+1)(1-confidence) < factor")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -57,7 +59,8 @@ def _run_generate(args: argparse.Namespace) -> int:
         return 2
     prompt = [{"role": "user", "content": args.prompt}] if args.prompt is not None else args.raw
     opts = dict(effort=args.effort, block_size=args.block_size, first_block_size=args.first_block_size,
-                passes_per_block=args.passes_per_block, threshold=args.threshold, max_new_tokens=args.max_tokens,
+                passes_per_block=args.passes_per_block, threshold=args.threshold, factor=args.factor,
+                max_new_tokens=args.max_tokens,
                 temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     on_piece = None if args.json else _print_piece
     try:

@@ -1,10 +1,11 @@
 """The ``effort`` knob: one word for how much compute each block gets — the product's "tunable reasoning".
 
 low    threshold 0.7 (many tokens per pass) and, where the checkpoint was trained for it, a small first block
-medium threshold 0.85 (on the demo checkpoint as exact as 0.9 with 5-10% more tokens per pass; see README)
+medium Fast-dLLM's factor rule at 0.8 (`confidence.by_factor`): on the demo checkpoint more tokens per pass
+       than the threshold 0.85 it replaced, and more exact (README, "Demo assistant quality")
 high   one token per pass (passes per block = block size)
 
-Raw knobs (block size, first block size, threshold, passes per block) override what the effort picks.
+Raw knobs (block size, first block size, threshold, factor, passes per block) override what the effort picks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from dlm.decoding.confidence import Sampling
 EFFORTS = ("low", "medium", "high")
 DEFAULT_EFFORT = "medium"
 SMALL_FIRST_BLOCK = 4
-THRESHOLDS: dict[str, float | None] = {"low": 0.7, "medium": 0.85, "high": None}  # None: one token per pass
+
+
+@dataclass(frozen=True)
+class PassRule:
+    """How many masked positions one pass of an effort commits: every one above ``threshold``, or the most
+    confident ones under the factor rule, or (neither) one per pass."""
+
+    threshold: float | None = None
+    factor: float | None = None
+
+
+PASS_RULES: dict[str, PassRule] = {"low": PassRule(threshold=0.7), "medium": PassRule(factor=0.8), "high": PassRule()}
 
 # Families whose official sampler decodes a block in sub-blocks (Fast-dLLM v2's ``small_block_size``).
 SUB_BLOCKS = {"fast_dllm_qwen": 8}
@@ -32,6 +44,7 @@ class Knobs:
     block_size: int | None = None
     first_block_size: int | None = None
     threshold: float | None = None
+    factor: float | None = None
     passes_per_block: int | None = None
     sub_block: int | None = None
     max_new_tokens: int = 128
@@ -51,19 +64,24 @@ def resolve(
     effort = knobs.effort or DEFAULT_EFFORT
     if effort not in EFFORTS:
         raise ValueError(f"unknown effort {effort!r}; use one of {', '.join(EFFORTS)}")
-    if knobs.threshold is not None and knobs.passes_per_block is not None:
-        raise ValueError("give either a threshold or passes per block, not both")
+    if sum(k is not None for k in (knobs.threshold, knobs.factor, knobs.passes_per_block)) > 1:
+        raise ValueError("give one of threshold, factor and passes per block, not several")
+    if knobs.factor is not None and knobs.factor <= 0:
+        raise ValueError(f"factor must be positive, got {knobs.factor}")
     if knobs.threshold is not None and not 0 <= knobs.threshold <= 1:
         raise ValueError(f"threshold must be in [0, 1], got {knobs.threshold}")
     block = knobs.block_size or cfg.block_size
     if block < 1:
         raise ValueError(f"block size must be >= 1, got {block}")
-    threshold = THRESHOLDS[effort]
+    rule = PASS_RULES[effort]
+    threshold, factor = rule.threshold, rule.factor
     passes = block if effort == "high" else None
     if knobs.threshold is not None:
-        threshold, passes = knobs.threshold, None
+        threshold, factor, passes = knobs.threshold, None, None
+    elif knobs.factor is not None:
+        threshold, factor, passes = None, knobs.factor, None
     elif knobs.passes_per_block is not None:
-        threshold, passes = None, knobs.passes_per_block
+        threshold, factor, passes = None, None, knobs.passes_per_block
     first: tuple[int, ...] = ()
     if knobs.first_block_size is not None:
         first = (knobs.first_block_size,)
@@ -75,6 +93,7 @@ def resolve(
         first_blocks=first,
         sub_block=sub if sub and sub < block else None,
         threshold=threshold,
+        factor=factor,
         passes_per_block=passes,
         sampling=Sampling(temperature=knobs.temperature, top_p=knobs.top_p, top_k=knobs.top_k),
         max_new_tokens=knobs.max_new_tokens,

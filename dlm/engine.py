@@ -29,7 +29,7 @@ import torch
 from dlm.checkpoint import load_checkpoint
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
-from dlm.effort import DEFAULT_EFFORT, THRESHOLDS, Knobs, resolve
+from dlm.effort import DEFAULT_EFFORT, PASS_RULES, Knobs, resolve
 from dlm.graphed_forward import graphs_enabled
 from dlm.model import Transformer
 from dlm.scheduler import Delivery, Job, Scheduler
@@ -227,7 +227,7 @@ class Engine:
     async def stream(self, prompt: Prompt, session: Session | None = None, **opts: Any) -> AsyncIterator[str]:
         """Final text pieces as they are decoded. Cancelling frees the session's cache memory.
 
-        Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold,
+        Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold, factor,
         passes_per_block, sub_block, temperature, top_p, top_k, seed, tools, stop_ids (extra stop ids).
         """
         knobs, session, run, steps = self._prepare(prompt, session, opts)
@@ -304,13 +304,14 @@ def _bidirectional_steps(
     else:
         raise NotImplementedError(f"no bidirectional sampler for model_type {cfg.model_type!r}")
     effort = knobs.effort or DEFAULT_EFFORT
-    threshold = knobs.threshold
+    threshold, factor = knobs.threshold, knobs.factor
     steps = knobs.passes_per_block
-    if threshold is None and steps is None:
-        threshold = THRESHOLDS[effort]
-        steps = None if threshold is not None else (knobs.block_size or cfg.block_size)
+    if threshold is None and factor is None and steps is None:
+        rule = PASS_RULES[effort]
+        threshold, factor = rule.threshold, rule.factor
+        steps = None if threshold is not None or factor is not None else (knobs.block_size or cfg.block_size)
     params = DecodeParams(
-        max_new_tokens=knobs.max_new_tokens, block_size=knobs.block_size, threshold=threshold,
+        max_new_tokens=knobs.max_new_tokens, block_size=knobs.block_size, threshold=threshold, factor=factor,
         steps_per_block=steps, temperature=knobs.temperature, top_p=knobs.top_p, seed=seed, stop_ids=stop_ids,
     )
     yield Commit([], 0, False)

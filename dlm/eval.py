@@ -8,7 +8,8 @@ Measures, on dialogues whose request templates and values never occur in trainin
 - tool-call exact match through the API's decoding (`dlm.api.span_generation`: the free decoder's call is
   kept when it is valid, decoded again under the schema when it is not) and how often the draft is kept,
 - tokens per forward pass at each effort.
-Without --model it evaluates the shipped checkpoint.
+Without --model it evaluates the shipped checkpoint. `--threshold` / `--factor` decode every effort asked
+for (`--efforts`) with that rule instead of the effort's own, to compare rules on the same sample.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check, vocab_s
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
 from dlm.decoding.schedule import align_up
-from dlm.effort import EFFORTS
+from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
 from dlm.kv_cache import KVCache
 from dlm.tools import tool_call_schema
@@ -37,7 +38,6 @@ from dlm.train.data import Example, generate
 from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
 
 DEFAULT_MODEL = Path(__file__).parent / "assets" / "demo"
-DEFAULT_EFFORT = "medium"
 MAX_NEW_TOKENS = 64
 
 
@@ -71,9 +71,10 @@ class Assistant:
     """A checkpoint plus the two ways the product decodes a turn: the engine's free block diffusion and the
     API's JSON-schema constrained tool call."""
 
-    def __init__(self, engine: Engine, block_size: int | None = None):
+    def __init__(self, engine: Engine, block_size: int | None = None, rule: dict[str, float] | None = None):
         self.engine, self.model, self.tokenizer = engine, engine.model, engine.tokenizer
         self.block_size = block_size
+        self.rule = rule or {}  # a threshold or factor replacing each effort's own (see main)
         self.call_open = self.tokenizer.special_tokens[TOOL_CALL]
         self.call_close = self.tokenizer.special_tokens[TOOL_CALL_END]
         self.vocab = vocab_strings(self.tokenizer.backend)
@@ -94,24 +95,26 @@ class Assistant:
 
     def generate(self, prompt: list[int], effort: str) -> Generation:
         result = self.engine.generate(prompt, effort=effort, max_new_tokens=MAX_NEW_TOKENS,
-                                      block_size=self.block_size)
+                                      block_size=self.block_size, **self.rule)
         return Generation(result.token_ids, result.forward_passes)
 
     @torch.no_grad()
     def constrained_call(self, prompt: list[int]) -> Generation:
-        """Force a tool call and decode its JSON under the schema of all tool calls."""
+        """Force a tool call and decode its JSON under the schema of all tool calls, each pass's run of
+        commits sized by the default effort's rule (as the API's constrained spans are)."""
         cfg = self.model.cfg
+        policy = resolve(cfg, Knobs(effort=DEFAULT_EFFORT, **self.rule), self.engine.stop_ids)
         constraint = JsonSchemaConstraint(self.call_schema, self.vocab, [self.call_close])
         tokens = [*prompt, self.call_open]
         forward = CountingForward(self._prefilled(tokens, cfg.block_size))
         ids = [token for committed in constrained_decode(cfg, forward, tokens, constraint, MAX_NEW_TOKENS, GREEDY,
-                                                         threshold=0.9) for token in committed]
+                                                         policy.bar) for token in committed]
         return Generation([self.call_open, *ids, self.call_close], forward.passes)
 
     def api_call(self, prompt: list[int], effort: str) -> tuple[list[int], SpanRun]:
         """Decode as the OpenAI API does with tools (tool_choice auto): free text, calls under their schema."""
         plan = SpanPlan(open_id=self.call_open, span_schema=self.call_schema, close_id=self.call_close)
-        knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size)
+        knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size, **self.rule)
         session, run = self.engine.new_session(), SpanRun()
         try:
             steps = span_decode(self.engine, session, prompt, MAX_NEW_TOKENS, plan, self.vocab, knobs, None, run)
@@ -163,6 +166,7 @@ class Tally:
 
 
 def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, ...] = EFFORTS) -> dict[str, Any]:
+    lead = DEFAULT_EFFORT if DEFAULT_EFFORT in efforts else efforts[0]  # the effort the headline figures are of
     tally = Tally()
     tokens = dict.fromkeys(efforts, 0)
     passes = dict.fromkeys(efforts, 0)
@@ -196,16 +200,17 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
             _, parsed = assistant.parse_call(forced.ids)
             tally.add("valid_json_constrained", parsed is not None and not check(parsed, compiled))
             tally.add("tool_call_exact_constrained", same_call(parsed, example.call))
-            ids, run = assistant.api_call(prompt, DEFAULT_EFFORT)
+            ids, run = assistant.api_call(prompt, lead)
             tally.add("tool_call_exact_api", same_call(assistant.parse_call(ids)[1], example.call))
             tally.count("api_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
     intents = sorted({e.intent for e in examples})
     return {
         "examples": len(examples),
-        "tool_call_exact": tally.rate(f"tool_call_exact/{DEFAULT_EFFORT}"),
-        "answer_correct": tally.rate(f"answer_correct/{DEFAULT_EFFORT}"),
+        "effort": lead,
+        "tool_call_exact": tally.rate(f"tool_call_exact/{lead}"),
+        "answer_correct": tally.rate(f"answer_correct/{lead}"),
         "valid_json_constrained": tally.rate("valid_json_constrained"),
-        "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{DEFAULT_EFFORT}"),
+        "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{lead}"),
         "tool_call_exact_constrained": tally.rate("tool_call_exact_constrained"),
         "tokens_per_forward": {e: tokens[e] / max(passes[e], 1) for e in efforts},
         "tokens_per_forward_constrained": constrained_tokens / max(constrained_passes, 1),
@@ -215,7 +220,7 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
                           "answer_correct": tally.rate(f"answer_correct/{e}"),
                           "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}")}
                       for e in efforts},
-        "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{DEFAULT_EFFORT}/{i}") for i in intents},
+        "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{lead}/{i}") for i in intents},
     }
 
 
@@ -231,7 +236,7 @@ def format_table(report: dict[str, Any]) -> str:
               f"{'tokens_per_forward_constr.':<28}{report['tokens_per_forward_constrained']:>10.2f}",
               f"{'tool_call_exact_api':<28}{report['tool_call_exact_api']:>10.1%}",
               f"{'api_draft_kept':<28}{report['api_draft_kept']:>10.1%}", "",
-              f"answer correct by intent ({DEFAULT_EFFORT}):"]
+              f"answer correct by intent ({report['effort']}):"]
     lines += [f"  {k:<26}{v:>10.1%}" for k, v in report["answer_correct_by_intent"].items()]
     return "\n".join(lines)
 
@@ -245,11 +250,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--block-size", type=int, help="decode with this block size instead of the config's")
+    parser.add_argument("--efforts", default=",".join(EFFORTS),
+                        help=f"comma-separated efforts to decode at (default: all; headline figures are "
+                             f"{DEFAULT_EFFORT}'s, or the first one's)")
+    rule = parser.add_mutually_exclusive_group()
+    rule.add_argument("--threshold", type=float, help="decode with this confidence threshold instead of the "
+                                                      "efforts' own rules")
+    rule.add_argument("--factor", type=float, help="decode with the factor rule at this factor instead")
     args = parser.parse_args(argv)
+    efforts = tuple(e.strip() for e in args.efforts.split(",") if e.strip())
+    if not efforts or set(efforts) - set(EFFORTS):
+        parser.error(f"--efforts takes some of {', '.join(EFFORTS)}, got {args.efforts!r}")
     torch.set_num_threads(args.threads)
     started = time.monotonic()
-    assistant = Assistant(Engine.from_dir(args.model), args.block_size)
-    report = evaluate(assistant, generate("heldout", args.limit, args.seed))
+    rule = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
+    assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule)
+    report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts)
+    report["rule"] = rule or "each effort's own"
     report["seconds"] = round(time.monotonic() - started, 1)
     report["model"] = args.model
     report["block_size"] = args.block_size or assistant.model.cfg.block_size

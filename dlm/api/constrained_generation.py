@@ -3,15 +3,16 @@
 The engine has no hook for constraining a span yet, so `response_format` json_schema / json_object and
 forced tool calls decode here. A grammar reads left to right while diffusion fills a block in any order, so
 each pass commits masked positions strictly left to right: the leftmost always (its best token among those
-the schema allows next), then each following one while its own allowed-best is at least `threshold`
-confident. Every committed token has been checked by the automaton, and none is committed that leaves the
-JSON unable to close within `max_tokens`, so the output is valid by construction (given a budget at least
-the schema's shortest instance). Token-shift families predict position i from output i-1, like the engine's decoder.
+the schema allows next), then each following one while its own allowed-best is at least `bar(n)` confident,
+n being its place in the pass's run (`BlockPolicy.bar`: a threshold, or the factor rule's rising bar).
+Every committed token has been checked by the automaton, and none is committed that leaves the JSON unable
+to close within `max_tokens`, so the output is valid by construction (given a budget at least the schema's
+shortest instance). Token-shift families predict position i from output i-1, like the engine's decoder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -39,7 +40,7 @@ def constrained_decode(
     constraint: JsonSchemaConstraint,
     max_tokens: int,
     sampling: Sampling,
-    threshold: float,
+    bar: Callable[[int], float],
     last_logits: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> Iterator[list[int]]:
@@ -66,7 +67,7 @@ def constrained_decode(
             committed: list[int] = []
             for row in range(logits.shape[0]):
                 token, confidence = _pick(logits[row], constraint, sampling, generator, max_tokens - generated)
-                if committed and confidence < threshold:
+                if committed and confidence < bar(len(committed) + 1):
                     break
                 constraint.advance(token)
                 window[first] = token

@@ -54,8 +54,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
     """Yield newly final ids (span tags included, stop ids not); every `next` is one pass, on the worker."""
     cfg = engine.model.cfg
     policy = dataclasses.replace(resolve(cfg, knobs, engine.stop_ids), first_blocks=())
-    # inside spans the same effort sets how confident a token must be to commit beside the leftmost one
-    threshold = policy.threshold if policy.threshold is not None else float("inf")
+    # inside spans the same effort's rule sets how confident a token must be to commit beside the leftmost one
     sampling = Sampling(temperature=knobs.temperature, top_p=knobs.top_p)
     generator = torch.Generator(device=engine.device).manual_seed(seed) if seed is not None else None
     with torch.no_grad():
@@ -69,7 +68,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
             budget = max_tokens - len(generated)
             if schema is not None:  # a constrained span
                 constraint = JsonSchemaConstraint(schema, vocab, end_ids)
-                for ids in constrained_decode(cfg, state, tokens, constraint, budget, sampling, threshold,
+                for ids in constrained_decode(cfg, state, tokens, constraint, budget, sampling, policy.bar,
                                               state.last_logits, generator):
                     generated += ids
                     yield ids

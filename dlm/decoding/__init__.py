@@ -16,8 +16,9 @@ class DecodeParams:
 
     max_new_tokens: int = 128
     block_size: int | None = None
-    threshold: float | None = 0.9  # confidence-threshold parallel decoding; None = fixed schedule
-    steps_per_block: int | None = None  # fixed-schedule passes per block (used when threshold is None)
+    threshold: float | None = 0.9  # confidence-threshold parallel decoding; None = factor rule or fixed schedule
+    factor: float | None = None  # the factor rule (confidence.by_factor), used when threshold is None
+    steps_per_block: int | None = None  # fixed-schedule passes per block (used when neither is set)
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None

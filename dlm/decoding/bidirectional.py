@@ -7,8 +7,8 @@ once. This decoder:
   prompt + canvas that rebuilds the :class:`~dlm.bidirectional_cache.CanvasCache` and already unmasks,
   and continues with cheap passes over the block (dual cache) or the block and the rest of the canvas
   (prefix cache);
-- unmasks by **confidence threshold** (every mask at or above it, at least the best one per pass) or on
-  the family's **fixed schedule** of ``steps_per_block`` passes;
+- unmasks by **confidence threshold** (every mask at or above it, at least the best one per pass), by the
+  **factor rule** (``confidence.by_factor``) or on the family's **fixed schedule** of ``steps_per_block`` passes;
 - **sizes the canvas adaptively**: it holds the current block plus ``lookahead_blocks`` blocks of masks
   and grows as decoding advances, so a 20-token answer never pays for a 512-token canvas in every
   refresh pass (``lookahead_blocks=None`` gives the references' full canvas);
@@ -30,7 +30,7 @@ import torch
 
 from dlm.bidirectional_cache import CanvasCache
 from dlm.decoding import Commit, DecodeParams
-from dlm.decoding.confidence import Sampling, above_threshold, most_confident, pick_tokens
+from dlm.decoding.confidence import Sampling, above_threshold, by_factor, most_confident, pick_tokens
 from dlm.model import Transformer
 
 CacheMode = Literal["prefix", "dual"]
@@ -93,14 +93,16 @@ class _Decoder:
             return torch.nn.functional.linear(hidden, self.model.output_weight())
 
     def unmask(self, start: int, end: int, logits: torch.Tensor, count: int | None) -> None:
-        """Fill masks of block x[start:end] from its logits: ``count`` best, or by threshold if None."""
+        """Fill masks of block x[start:end] from its logits: ``count`` best, or by threshold / factor if None."""
         masked = self.x[start:end] == self.mask_id
         if not bool(masked.any()):
             return
         logits[:, self.mask_id] = -torch.inf  # writing the mask back would never finish the block
         tok, conf = pick_tokens(logits, self.sampling, self.generator)
-        if count is None:
+        if count is None and self.params.threshold is not None:
             chosen = above_threshold(conf, masked, self.params.threshold)
+        elif count is None:
+            chosen = by_factor(conf, masked, self.params.factor)
         else:
             chosen = most_confident(conf, masked, count)
         self.x[start:end][chosen] = tok[chosen]
@@ -121,7 +123,7 @@ class _Decoder:
 
     def decode_block(self, start: int, end: int, cache: CacheMode) -> Iterator[Commit]:
         shift = int(self.family.token_shift)
-        fixed = self.params.threshold is None
+        fixed = self.params.threshold is None and self.params.factor is None
         schedule = self.family.schedule(end - start, self.params.steps_per_block or end - start) if fixed else []
         kv = self.grow_canvas(end)
         kv.refresh()
@@ -166,6 +168,8 @@ def stream_blocks(
         raise ValueError(f"cache must be 'prefix' or 'dual', got {cache!r}")
     if params.block_size is not None and params.block_size <= 0:
         raise ValueError(f"block_size must be positive, got {params.block_size}")
+    if params.threshold is not None and params.factor is not None:
+        raise ValueError("give either a confidence threshold or a factor, not both")
     if params.threshold is None and params.steps_per_block is not None and params.steps_per_block <= 0:
         raise ValueError(f"steps_per_block must be positive, got {params.steps_per_block}")
     if lookahead_blocks is not None and lookahead_blocks < 0:

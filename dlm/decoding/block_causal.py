@@ -3,7 +3,8 @@
 Each block is a window that starts where the KV cache ends (so a prompt tail that does not fill a block is
 decoded inside the first window, as the references do) and ends on a multiple of its size. Passes attend
 to the cache and bidirectionally inside the window; each unmasks the confident positions of the current
-sub-block (every one above the threshold, at least one) or a fixed share of them; once the window is full
+sub-block (every one above the threshold, or the most confident ones under the factor rule, at least one)
+or a fixed share of them; once the window is full
 its KV is committed. Because unmasked tokens are never remasked, the contiguous decoded prefix of the
 window is final at once and is yielded immediately.
 
@@ -37,6 +38,8 @@ from dlm.decoding.confidence import (
     Sampling,
     above_threshold,
     above_threshold_fused,
+    by_factor,
+    factor_bar,
     fusable,
     most_confident,
     pick_tokens,
@@ -56,8 +59,9 @@ class BlockPolicy:
     block_size: int
     first_blocks: tuple[int, ...] = ()  # sizes of the first blocks, then ``block_size``
     sub_block: int | None = None  # unmask left to right in sub-blocks of this size (None: whole window)
-    threshold: float | None = 0.9  # None: fixed passes per block
+    threshold: float | None = 0.9  # every position above it (None: the factor rule or fixed passes per block)
     passes_per_block: int | None = None
+    factor: float | None = None  # the factor rule (confidence.by_factor) instead of a threshold
     sampling: Sampling = GREEDY
     max_new_tokens: int = 128
     stop_ids: frozenset[int] = field(default_factory=frozenset)
@@ -68,14 +72,32 @@ class BlockPolicy:
     def __post_init__(self) -> None:
         if self.kernels not in SETTINGS:
             raise ValueError(f"kernels must be one of {SETTINGS}, got {self.kernels!r}")
-        if self.threshold is None and not self.passes_per_block:
-            raise ValueError("give a confidence threshold or a number of passes per block")
+        if self.threshold is not None and self.factor is not None:
+            raise ValueError("give either a confidence threshold or a factor, not both")
+        if self.threshold is None and self.factor is None and not self.passes_per_block:
+            raise ValueError("give a confidence threshold, a factor or a number of passes per block")
+        if self.factor is not None and self.factor <= 0:
+            raise ValueError(f"factor must be positive, got {self.factor}")
         if self.passes_per_block is not None and self.passes_per_block < 1:
             raise ValueError(f"passes_per_block must be >= 1, got {self.passes_per_block}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.sub_block is not None and self.sub_block < 1:
             raise ValueError(f"sub_block must be >= 1, got {self.sub_block}")
+
+    @property
+    def adaptive(self) -> str | None:
+        """Which confidence rule sizes each pass ("threshold", "factor"), None for a fixed schedule."""
+        return "threshold" if self.threshold is not None else "factor" if self.factor is not None else None
+
+    def bar(self, rank: int) -> float:
+        """The confidence the ``rank``-th token (1-based) a pass commits must exceed (inf: one per pass).
+
+        For decoders that commit left to right (JSON-constrained spans), where "rank" is the position in the
+        pass's run of commits."""
+        if self.threshold is not None:
+            return self.threshold
+        return float(factor_bar(rank, self.factor)) if self.factor is not None else float("inf")
 
 
 class BlockForward(Protocol):
@@ -243,6 +265,8 @@ def _select(
     every = torch.ones_like(conf, dtype=torch.bool)
     if policy.threshold is not None:
         return picked, above_threshold(conf, every, policy.threshold)
+    if policy.factor is not None:
+        return picked, by_factor(conf, every, policy.factor)
     return picked, most_confident(conf, every, share)
 
 
@@ -334,7 +358,7 @@ def decode_passes(
                 lo = (first // sub) * sub
                 candidates = torch.zeros_like(masked)
                 candidates[lo:lo + sub] = masked[lo:lo + sub]
-                if not shares and policy.threshold is None:
+                if not shares and policy.adaptive is None:
                     shares = transfer_counts(int(masked.sum()), policy.passes_per_block or 1)
                 rows = candidates.nonzero()[:, 0]
                 logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)

@@ -93,6 +93,29 @@ def above_threshold(conf: torch.Tensor, candidates: torch.Tensor, threshold: flo
     return chosen & candidates
 
 
+def factor_bar(rank: torch.Tensor | int, factor: float) -> torch.Tensor | float:
+    """The confidence the ``rank``-th most confident position (1-based) must exceed under the factor rule."""
+    return 1 - factor / (rank + 1)
+
+
+def by_factor(conf: torch.Tensor, candidates: torch.Tensor, factor: float) -> torch.Tensor:
+    """Fast-dLLM's factor rule: the ``n`` most confident candidates for the largest ``n`` whose every ``k``-th
+    (k <= n) is above ``1 - factor / (k + 1)``, and always the most confident one.
+
+    Where a threshold takes every position above one bar, this one raises the bar with each extra token in
+    the pass: two tokens need 0.5 and 0.67 at factor 1, seven need 0.875 for the seventh. Committing n tokens
+    together is safe while (n + 1) times the doubt of the n-th stays small (the paper's bound), so a pass
+    takes many tokens where the model is sure of many and few where it is sure of few. On the demo
+    checkpoint it decodes more tokens per pass than a threshold at the same accuracy (README)."""
+    scores = masked_confidence(conf, candidates)
+    ordered, order = torch.sort(scores, descending=True)
+    ranks = torch.arange(1, len(ordered) + 1, device=conf.device)
+    count = torch.cumprod(ordered > factor_bar(ranks, factor), 0).sum().clamp(min=1)
+    chosen = torch.zeros_like(candidates)
+    chosen[order[torch.arange(len(order), device=conf.device) < count]] = True
+    return chosen & candidates
+
+
 def most_confident(conf: torch.Tensor, candidates: torch.Tensor, count: int) -> torch.Tensor:
     """The ``count`` most confident candidates (fewer if there are fewer candidates)."""
     scores = masked_confidence(conf, candidates)

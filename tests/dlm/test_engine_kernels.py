@@ -46,8 +46,9 @@ def test_triton_decodes_the_same_ids_as_torch(engines, prompt, threshold):
     assert r.token_ids
 
 
-def test_fixed_passes_and_unfusable_sampling_match_too(engines):
+def test_fixed_passes_the_factor_rule_and_unfusable_sampling_match_too(engines):
     _same(engines, PROMPTS[0], max_new_tokens=8, passes_per_block=2)
+    _same(engines, PROMPTS[1], max_new_tokens=12, factor=1.5)  # selection in torch after the fused argmax
     # top-p sampling has no kernel: both paths run torch's sampler, so a seed gives the same draw.
     _same(engines, PROMPTS[1], max_new_tokens=8, threshold=0.5, temperature=0.8, top_p=0.9, seed=3)
 
