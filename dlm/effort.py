@@ -66,8 +66,6 @@ def resolve(
         raise ValueError(f"unknown effort {effort!r}; use one of {', '.join(EFFORTS)}")
     if sum(k is not None for k in (knobs.threshold, knobs.factor, knobs.passes_per_block)) > 1:
         raise ValueError("give one of threshold, factor and passes per block, not several")
-    if knobs.factor is not None and knobs.factor <= 0:
-        raise ValueError(f"factor must be positive, got {knobs.factor}")
     if knobs.threshold is not None and not 0 <= knobs.threshold <= 1:
         raise ValueError(f"threshold must be in [0, 1], got {knobs.threshold}")
     block = knobs.block_size or cfg.block_size

@@ -170,6 +170,8 @@ def stream_blocks(
         raise ValueError(f"block_size must be positive, got {params.block_size}")
     if params.threshold is not None and params.factor is not None:
         raise ValueError("give either a confidence threshold or a factor, not both")
+    if params.factor is not None and params.factor <= 0:
+        raise ValueError(f"factor must be positive, got {params.factor}")
     if params.threshold is None and params.steps_per_block is not None and params.steps_per_block <= 0:
         raise ValueError(f"steps_per_block must be positive, got {params.steps_per_block}")
     if lookahead_blocks is not None and lookahead_blocks < 0:

@@ -112,3 +112,5 @@ def test_bidirectional_families_decode_by_the_factor_rule_too(fixtures_dir):
         passes[factor] = commits[-1].forward_passes
     # factor 50 clears every bar (1 - 50 / (n + 1) < 0): one pass per block after its refresh; 0.1 almost none
     assert passes[50.0] < passes[0.1]
+    with pytest.raises(ValueError, match="factor must be positive"):
+        list(dream.stream_generate(model, prompt, DecodeParams(threshold=None, factor=0.0), 313))
