@@ -1,7 +1,7 @@
 """`python -m latency_bench api`: the OpenAI API under concurrent streaming clients, diffusion vs autoregressive.
 
 One run starts the server in-process on 127.0.0.1 and mounts the same engine twice: as `dlm` with its
-normal block-diffusion decoding (confidence-threshold parallel commits), and as `dlm-ar` with
+default block-diffusion decoding (parallel commits by the default effort's rule), and as `dlm-ar` with
 `passes_per_block = block_size`, i.e. exactly one token committed per forward pass — the autoregressive
 cost on the same weights, the baseline. (1-token blocks would be left-to-right too, but the engine then pays
 a second pass per token to store each token's KV, which a real AR model does not; one token per pass inside
