@@ -148,8 +148,11 @@ def test_bad_options_are_errors(engine):
         engine.generate(PROMPT, max_new_tokens=4, nonsense=1)
     with pytest.raises(ValueError, match="effort"):
         engine.generate(PROMPT, max_new_tokens=4, effort="extreme")
-    with pytest.raises(ValueError, match="either a threshold or passes"):
-        engine.generate(PROMPT, max_new_tokens=4, threshold=0.5, passes_per_block=2)
+    for two_rules in (dict(threshold=0.5, passes_per_block=2), dict(factor=1.0, threshold=0.5)):
+        with pytest.raises(ValueError, match="not several"):
+            engine.generate(PROMPT, max_new_tokens=4, **two_rules)
+    with pytest.raises(ValueError, match="factor must be positive"):
+        engine.generate(PROMPT, max_new_tokens=4, factor=0.0)
     with pytest.raises(ValueError, match="empty"):
         engine.generate("", max_new_tokens=4)
 
