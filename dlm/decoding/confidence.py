@@ -108,12 +108,11 @@ def by_factor(conf: torch.Tensor, candidates: torch.Tensor, factor: float) -> to
     takes many tokens where the model is sure of many and few where it is sure of few. On the demo
     checkpoint it decodes more tokens per pass than a threshold at the same accuracy (README)."""
     scores = masked_confidence(conf, candidates)
-    ordered, order = torch.sort(scores, descending=True)
+    ordered, order = torch.sort(scores, descending=True, stable=True)  # ties: the lowest position first
     ranks = torch.arange(1, len(ordered) + 1, device=conf.device)
     count = torch.cumprod(ordered > factor_bar(ranks, factor), 0).sum().clamp(min=1)
-    chosen = torch.zeros_like(candidates)
-    chosen[order[torch.arange(len(order), device=conf.device) < count]] = True
-    return chosen & candidates
+    rank_of = torch.empty_like(ranks).scatter_(0, order, ranks)  # each position's rank, 1 = most confident
+    return (rank_of <= count) & candidates  # no host sync: the count stays on the device
 
 
 def most_confident(conf: torch.Tensor, candidates: torch.Tensor, count: int) -> torch.Tensor:

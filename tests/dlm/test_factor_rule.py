@@ -43,6 +43,7 @@ def test_the_run_stops_at_the_first_miss_and_keeps_at_least_one():
     assert chosen([0.7, 0.74, 0.99, 0.8, 0.1], factor=1.0) == {2, 3}
     assert chosen([0.2, 0.1, 0.3, 0.05, 0.0], factor=1.0) == {2}  # nobody clears a bar: the best alone
     assert chosen([1.0] * 5, factor=0.1) == {0, 1, 2, 3, 4}  # certain tokens all go at any factor
+    assert chosen([0.3, 0.5, 0.5, 0.1, 0.5], factor=1.0) == {1}  # a tie at the cut: the lowest position, as argmax
 
 
 def test_only_candidates_are_chosen():
