@@ -29,7 +29,7 @@ import torch
 from dlm.checkpoint import load_checkpoint
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
-from dlm.effort import DEFAULT_EFFORT, PASS_RULES, Knobs, resolve
+from dlm.effort import Knobs, resolve
 from dlm.graphed_forward import graphs_enabled
 from dlm.model import Transformer
 from dlm.scheduler import Delivery, Job, Scheduler
@@ -303,16 +303,11 @@ def _bidirectional_steps(
         from dlm.decoding.dream import stream_generate
     else:
         raise NotImplementedError(f"no bidirectional sampler for model_type {cfg.model_type!r}")
-    effort = knobs.effort or DEFAULT_EFFORT
-    threshold, factor = knobs.threshold, knobs.factor
-    steps = knobs.passes_per_block
-    if threshold is None and factor is None and steps is None:
-        rule = PASS_RULES[effort]
-        threshold, factor = rule.threshold, rule.factor
-        steps = None if threshold is not None or factor is not None else (knobs.block_size or cfg.block_size)
+    policy = resolve(cfg, knobs, stop_ids)  # the effort's rule and the knobs' checks, as for block decoding
     params = DecodeParams(
-        max_new_tokens=knobs.max_new_tokens, block_size=knobs.block_size, threshold=threshold, factor=factor,
-        steps_per_block=steps, temperature=knobs.temperature, top_p=knobs.top_p, seed=seed, stop_ids=stop_ids,
+        max_new_tokens=knobs.max_new_tokens, block_size=knobs.block_size, threshold=policy.threshold,
+        factor=policy.factor, steps_per_block=policy.passes_per_block, temperature=knobs.temperature,
+        top_p=knobs.top_p, seed=seed, stop_ids=stop_ids,
     )
     yield Commit([], 0, False)
     yield from stream_generate(model, ids, params, cfg.mask_token_id, stop_ids)

@@ -56,6 +56,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
     policy = dataclasses.replace(resolve(cfg, knobs, engine.stop_ids), first_blocks=())
     # inside spans the same effort's rule sets how confident a token must be to commit beside the leftmost one
     sampling = Sampling(temperature=knobs.temperature, top_p=knobs.top_p)
+    span_check = CompiledSchema(plan.span_schema) if plan.span_schema is not None else None
     generator = torch.Generator(device=engine.device).manual_seed(seed) if seed is not None else None
     with torch.no_grad():
         session.prefill_now(prompt)
@@ -100,7 +101,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
             if draft is None:
                 run.finished_by_stop = finished and len(generated) < max_tokens
                 break
-            span = _closed_span(draft, plan, vocab)
+            span = _closed_span(draft, plan.close_id, span_check, vocab)
             if span is not None:
                 run.drafts_kept += 1
                 generated += span
@@ -111,18 +112,19 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
             _rewind(state, len(prompt) + len(generated), cfg.token_shift)
 
 
-def _closed_span(draft: list[int], plan: SpanPlan, vocab: list[str]) -> list[int] | None:
+def _closed_span(draft: list[int], close_id: int | None, schema: CompiledSchema | None,
+                 vocab: list[str]) -> list[int] | None:
     """The draft up to its closing token if what it encloses is JSON the span's schema accepts, else None."""
-    if plan.close_id not in draft:
+    if close_id not in draft:
         return None
-    body = draft[: draft.index(plan.close_id)]
+    body = draft[: draft.index(close_id)]
     try:
         value = json.loads("".join(vocab[token] for token in body))
     except json.JSONDecodeError:
         return None
-    if plan.span_schema is not None and check(value, CompiledSchema(plan.span_schema)):
+    if schema is not None and check(value, schema):
         return None
-    return [*body, plan.close_id]
+    return [*body, close_id]
 
 
 def _rewind(state: bc.CachedForward, keep: int, token_shift: bool) -> None:

@@ -30,7 +30,14 @@ import torch
 
 from dlm.bidirectional_cache import CanvasCache
 from dlm.decoding import Commit, DecodeParams
-from dlm.decoding.confidence import Sampling, above_threshold, by_factor, most_confident, pick_tokens
+from dlm.decoding.confidence import (
+    Sampling,
+    above_threshold,
+    by_factor,
+    check_pass_rule,
+    most_confident,
+    pick_tokens,
+)
 from dlm.model import Transformer
 
 CacheMode = Literal["prefix", "dual"]
@@ -168,10 +175,7 @@ def stream_blocks(
         raise ValueError(f"cache must be 'prefix' or 'dual', got {cache!r}")
     if params.block_size is not None and params.block_size <= 0:
         raise ValueError(f"block_size must be positive, got {params.block_size}")
-    if params.threshold is not None and params.factor is not None:
-        raise ValueError("give either a confidence threshold or a factor, not both")
-    if params.factor is not None and params.factor <= 0:
-        raise ValueError(f"factor must be positive, got {params.factor}")
+    check_pass_rule(params.threshold, params.factor)
     if params.threshold is None and params.steps_per_block is not None and params.steps_per_block <= 0:
         raise ValueError(f"steps_per_block must be positive, got {params.steps_per_block}")
     if lookahead_blocks is not None and lookahead_blocks < 0:

@@ -38,6 +38,7 @@ from dlm.decoding.confidence import (
     above_threshold,
     above_threshold_fused,
     by_factor,
+    check_pass_rule,
     factor_bar,
     fusable,
     most_confident,
@@ -71,12 +72,9 @@ class BlockPolicy:
     def __post_init__(self) -> None:
         if self.kernels not in SETTINGS:
             raise ValueError(f"kernels must be one of {SETTINGS}, got {self.kernels!r}")
-        if self.threshold is not None and self.factor is not None:
-            raise ValueError("give either a confidence threshold or a factor, not both")
-        if self.threshold is None and self.factor is None and not self.passes_per_block:
+        check_pass_rule(self.threshold, self.factor)
+        if not self.adaptive and not self.passes_per_block:
             raise ValueError("give a confidence threshold, a factor or a number of passes per block")
-        if self.factor is not None and self.factor <= 0:
-            raise ValueError(f"factor must be positive, got {self.factor}")
         if self.passes_per_block is not None and self.passes_per_block < 1:
             raise ValueError(f"passes_per_block must be >= 1, got {self.passes_per_block}")
         if self.max_new_tokens < 1:
@@ -85,9 +83,9 @@ class BlockPolicy:
             raise ValueError(f"sub_block must be >= 1, got {self.sub_block}")
 
     @property
-    def adaptive(self) -> str | None:
-        """Which confidence rule sizes each pass ("threshold", "factor"), None for a fixed schedule."""
-        return "threshold" if self.threshold is not None else "factor" if self.factor is not None else None
+    def adaptive(self) -> bool:
+        """Whether confidence sizes each pass (a threshold or the factor rule), not a fixed schedule."""
+        return self.threshold is not None or self.factor is not None
 
     def bar(self, rank: int) -> float:
         """The confidence the ``rank``-th token (1-based) a pass commits must exceed (inf: one per pass).
@@ -357,7 +355,7 @@ def decode_passes(
                 lo = (first // sub) * sub
                 candidates = torch.zeros_like(masked)
                 candidates[lo:lo + sub] = masked[lo:lo + sub]
-                if not shares and policy.adaptive is None:
+                if not shares and not policy.adaptive:
                     shares = transfer_counts(int(masked.sum()), policy.passes_per_block or 1)
                 rows = candidates.nonzero()[:, 0]
                 logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)

@@ -93,6 +93,14 @@ def above_threshold(conf: torch.Tensor, candidates: torch.Tensor, threshold: flo
     return chosen & candidates
 
 
+def check_pass_rule(threshold: float | None, factor: float | None) -> None:
+    """A pass is sized by a threshold or by the factor rule, never both; a factor must be positive."""
+    if threshold is not None and factor is not None:
+        raise ValueError("give either a confidence threshold or a factor, not both")
+    if factor is not None and factor <= 0:
+        raise ValueError(f"factor must be positive, got {factor}")
+
+
 def factor_bar(rank: torch.Tensor | int, factor: float) -> torch.Tensor | float:
     """The confidence the ``rank``-th most confident position (1-based) must exceed under the factor rule."""
     return 1 - factor / (rank + 1)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlm.api.span_generation import SpanPlan, _closed_span, _rewind
+from dlm.api.span_generation import _closed_span, _rewind
 from dlm.checkpoint import load_checkpoint
+from dlm.constrained import CompiledSchema
 from dlm.decoding.block_causal import CachedForward
 from dlm.kv_cache import KVCache
 
 VOCAB = ['{"n": ', "1", "x", "}", "<close>", " "]
 CLOSE = 4
-PLAN = SpanPlan(open_id=99, close_id=CLOSE, span_schema={
-    "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+SCHEMA = CompiledSchema({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
 
 
 @pytest.mark.parametrize(("draft", "kept"), [
@@ -26,12 +26,12 @@ PLAN = SpanPlan(open_id=99, close_id=CLOSE, span_schema={
 ])
 def test_a_draft_is_kept_only_when_closed_on_json_the_schema_accepts(draft: list[int], kept: list[int] | None
                                                                      ) -> None:
-    assert _closed_span(draft, PLAN, VOCAB) == kept
+    assert _closed_span(draft, CLOSE, SCHEMA, VOCAB) == kept
 
 
 def test_a_draft_breaking_the_schema_is_not_kept() -> None:
     vocab = ['{"n": ', '"one"', "}", "<close>"]
-    assert _closed_span([0, 1, 2, 3], SpanPlan(close_id=3, span_schema=PLAN.span_schema), vocab) is None
+    assert _closed_span([0, 1, 2, 3], 3, SCHEMA, vocab) is None
 
 
 @pytest.fixture(scope="module")
