@@ -51,7 +51,8 @@ class OptimConfig:
     complementary_masks: bool = False  # a second noisy copy masking what the first left clean
     checkpoint_every: int = 200
     threads: int = 2
-    max_minutes: float = 28.0  # stop, save and export if the run takes longer
+    max_minutes: float = 28.0  # training time (all sessions of a run) after which it stops, saved and exported,
+    # and by which its learning rate has decayed (see train.learning_rate)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dlm.checkpoint import load_checkpoint
 from dlm.train.config import CurriculumConfig, from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
-from dlm.train.train import BatchSource, Phase, curriculum_over, train
+from dlm.train.train import BatchSource, Phase, curriculum_over, learning_rate, train
 
 MASK, PAD = 3, 0
 
@@ -105,6 +105,28 @@ def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int, until_l
     b = torch.load(tmp_path / "b" / "state" / "state.pt")["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
+
+def test_the_learning_rate_decays_by_the_clock_when_the_time_limit_comes_first() -> None:
+    run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "lr": 1e-3, "min_lr_ratio": 0.1,
+                               "max_minutes": 10.0}})
+    by_steps = [learning_rate(run, step) for step in (10, 510, 1010)]
+    assert by_steps == pytest.approx([1e-3, 0.55e-3, 1e-4])  # peak, half-way down the cosine, floor
+    # a slow machine: step 10 after half the time limit is scheduled as step 505, and at the limit the floor
+    assert learning_rate(run, 10, seconds=300.0) == pytest.approx(learning_rate(run, 505))
+    assert learning_rate(run, 10, seconds=600.0) == pytest.approx(1e-4)
+    # ahead of the pace that meets the limit at the last step: the step count alone, bit for bit
+    assert learning_rate(run, 510, seconds=290.0) == by_steps[1]
+    assert learning_rate(run, 0, seconds=0.5) == learning_rate(run, 0)  # behind by less than a step
+
+
+def test_the_time_limit_counts_every_session_of_a_run(tmp_path: Path) -> None:
+    config = tiny_run(tmp_path, steps=12)
+    first = train(from_dict(config), progress=False, stop_after=6)
+    spent = torch.load(tmp_path / "state" / "state.pt")["seconds"]
+    assert 0 < spent <= first.seconds  # the training time, export aside
+    config["train"]["max_minutes"] = spent / 60  # all spent by the first session
+    resumed = train(from_dict(config), resume=True, progress=False)
+    assert resumed.steps == 7  # one step, then over the limit
 
 def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_the_full_one() -> None:
     opening = [Encoded(ids=[1] * n, targets=[True] * n) for n in range(3, 13)]  # ids 1: curriculum
