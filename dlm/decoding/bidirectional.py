@@ -30,14 +30,7 @@ import torch
 
 from dlm.bidirectional_cache import CanvasCache
 from dlm.decoding import Commit, DecodeParams
-from dlm.decoding.confidence import (
-    Sampling,
-    above_threshold,
-    by_factor,
-    check_pass_rule,
-    most_confident,
-    pick_tokens,
-)
+from dlm.decoding.confidence import Sampling, by_rule, check_pass_rule, pick_tokens
 from dlm.model import Transformer
 
 CacheMode = Literal["prefix", "dual"]
@@ -106,12 +99,7 @@ class _Decoder:
             return
         logits[:, self.mask_id] = -torch.inf  # writing the mask back would never finish the block
         tok, conf = pick_tokens(logits, self.sampling, self.generator)
-        if count is None and self.params.threshold is not None:
-            chosen = above_threshold(conf, masked, self.params.threshold)
-        elif count is None:
-            chosen = by_factor(conf, masked, self.params.factor)
-        else:
-            chosen = most_confident(conf, masked, count)
+        chosen = by_rule(conf, masked, self.params.threshold, self.params.factor, count)
         self.x[start:end][chosen] = tok[chosen]
 
     def ready(self, block_done: bool) -> Commit | None:

@@ -35,13 +35,11 @@ from dlm.decoding import Commit
 from dlm.decoding.confidence import (
     GREEDY,
     Sampling,
-    above_threshold,
     above_threshold_fused,
-    by_factor,
+    by_rule,
     check_pass_rule,
     factor_bar,
     fusable,
-    most_confident,
     pick_tokens,
     pick_tokens_fused,
 )
@@ -260,11 +258,7 @@ def _select(
         return above_threshold_fused(logits, policy.sampling, policy.threshold, generator)
     picked, conf = (pick_tokens_fused if fused else pick_tokens)(logits, policy.sampling, generator)
     every = torch.ones_like(conf, dtype=torch.bool)
-    if policy.threshold is not None:
-        return picked, above_threshold(conf, every, policy.threshold)
-    if policy.factor is not None:
-        return picked, by_factor(conf, every, policy.factor)
-    return picked, most_confident(conf, every, share)
+    return picked, by_rule(conf, every, policy.threshold, policy.factor, share)
 
 
 @dataclass

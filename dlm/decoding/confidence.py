@@ -131,6 +131,19 @@ def most_confident(conf: torch.Tensor, candidates: torch.Tensor, count: int) -> 
     return chosen & candidates
 
 
+def by_rule(conf: torch.Tensor, candidates: torch.Tensor, threshold: float | None, factor: float | None,
+            count: int | None) -> torch.Tensor:
+    """The candidates one pass commits: every one above ``threshold``, else the factor rule's, else the
+    ``count`` most confident (a fixed schedule). One dispatch for the block-causal and bidirectional decoders."""
+    if threshold is not None:
+        return above_threshold(conf, candidates, threshold)
+    if factor is not None:
+        return by_factor(conf, candidates, factor)
+    if count is None:
+        raise ValueError("a pass needs a threshold, a factor or a count of positions to commit")
+    return most_confident(conf, candidates, count)
+
+
 def fusable(sampling: Sampling) -> bool:
     """Whether the fused kernel expresses ``sampling``: it has no top-k / top-p filter."""
     return sampling.top_k == 0 and sampling.top_p == 1
