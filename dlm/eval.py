@@ -184,6 +184,7 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
             if example.call:
                 call_ok = same_call(parsed, example.call)
                 tally.add(f"tool_call_exact/{effort}", call_ok)
+                tally.add(f"tool_call_exact/{effort}/{example.intent}", call_ok)
                 tally.add(f"valid_json_unconstrained/{effort}", parsed is not None and not check(parsed, compiled))
                 reply = assistant.generate(answer_prompt, effort)
                 tokens[effort] += len(reply.ids)
@@ -221,6 +222,8 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
                           "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}")}
                       for e in efforts},
         "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{lead}/{i}") for i in intents},
+        "tool_call_exact_by_intent": {i: tally.rate(f"tool_call_exact/{lead}/{i}") for i in intents
+                                      if any(e.call for e in examples if e.intent == i)},
     }
 
 
@@ -236,8 +239,10 @@ def format_table(report: dict[str, Any]) -> str:
               f"{'tokens_per_forward_constr.':<28}{report['tokens_per_forward_constrained']:>10.2f}",
               f"{'tool_call_exact_api':<28}{report['tool_call_exact_api']:>10.1%}",
               f"{'api_draft_kept':<28}{report['api_draft_kept']:>10.1%}", "",
-              f"answer correct by intent ({report['effort']}):"]
-    lines += [f"  {k:<26}{v:>10.1%}" for k, v in report["answer_correct_by_intent"].items()]
+              f"by intent ({report['effort']}):{'answer':>18}{'tool call':>10}"]
+    calls = report["tool_call_exact_by_intent"]
+    lines += [f"  {k:<26}{v:>10.1%}" + (f"{calls[k]:>10.1%}" if k in calls else "")
+              for k, v in report["answer_correct_by_intent"].items()]
     return "\n".join(lines)
 
 
