@@ -223,7 +223,7 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
                       for e in efforts},
         "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{lead}/{i}") for i in intents},
         "tool_call_exact_by_intent": {i: tally.rate(f"tool_call_exact/{lead}/{i}") for i in intents
-                                      if any(e.call for e in examples if e.intent == i)},
+                                      if f"tool_call_exact/{lead}/{i}" in tally.counts},  # intents with a call
     }
 
 

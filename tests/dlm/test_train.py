@@ -128,6 +128,7 @@ def test_the_time_limit_counts_every_session_of_a_run(tmp_path: Path) -> None:
     resumed = train(from_dict(config), resume=True, progress=False)
     assert resumed.steps == 7  # one step, then over the limit
 
+
 def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_the_full_one() -> None:
     opening = [Encoded(ids=[1] * n, targets=[True] * n) for n in range(3, 13)]  # ids 1: curriculum
     full = [Encoded(ids=[2] * n, targets=[True] * n) for n in range(3, 33)]
