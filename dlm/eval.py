@@ -85,6 +85,11 @@ class Assistant:
                                                   tools=example.tools)
         return self.tokenizer.encode(text)
 
+    def fits(self, example: Example) -> bool:
+        """Whether the whole dialogue fits the model's context, as every training dialogue does."""
+        text = self.tokenizer.apply_chat_template(example.messages, add_generation_prompt=False, tools=example.tools)
+        return len(self.tokenizer.encode(text)) <= self.model.cfg.max_position_embeddings
+
     def _prefilled(self, prompt: list[int], block_size: int) -> CachedForward:
         """A fresh cache holding the prompt's full blocks (the tail is decoded inside the first block)."""
         cfg = self.model.cfg
@@ -229,7 +234,9 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
 
 def format_table(report: dict[str, Any]) -> str:
     efforts = list(report["tokens_per_forward"])
-    lines = [f"held-out dialogues: {report['examples']}", "",
+    too_long = report.get("too_long")
+    lines = [f"held-out dialogues: {report['examples']}"
+             + (f" ({too_long} left out: longer than the model's context)" if too_long else ""), "",
              f"{'metric':<28}" + "".join(f"{e:>10}" for e in efforts)]
     for metric in ("tool_call_exact", "answer_correct", "valid_json_unconstrained"):
         lines.append(f"{metric:<28}" + "".join(f"{report['by_effort'][e][metric]:>10.1%}" for e in efforts))
@@ -270,7 +277,10 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     rule = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
     assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule)
-    report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts)
+    sample = generate("heldout", args.limit, args.seed)
+    examples = [example for example in sample if assistant.fits(example)]
+    report = evaluate(assistant, examples, efforts)
+    report["too_long"] = len(sample) - len(examples)
     report["rule"] = rule or "each effort's own"
     report["seconds"] = round(time.monotonic() - started, 1)
     report["model"] = args.model

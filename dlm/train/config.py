@@ -19,6 +19,8 @@ class DataConfig:
     max_length: int = 256
     intents: list[str] = field(default_factory=list)  # only these intents (see dlm.train.intents); empty = all
     intent_weights: dict[str, float] = field(default_factory=dict)  # override INTENTS' sampling weights
+    max_token_length: int = 0  # BpeTrainer's limit on a token's characters (0: none); tokenizers 0.21 keeps
+    # every token shorter than it (huggingface/tokenizers#1461)
 
 
 @dataclass

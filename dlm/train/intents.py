@@ -37,33 +37,53 @@ def call_of(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 ARITH = {
     "+": (["what's {a} plus {b}", "{a} plus {b}", "what is {a} plus {b}", "add {a} and {b}",
            "how much is {a} plus {b}", "can you add {a} and {b}", "{a} and {b} added together",
-           "what do {a} and {b} add up to", "calculate {a} plus {b}", "tell me what {a} plus {b} is"],
+           "what do {a} and {b} add up to", "calculate {a} plus {b}", "tell me what {a} plus {b} is",
+           "{a} add {b}", "sum of {a} and {b}", "what's the sum of {a} and {b}", "add {b} to {a}",
+           "what's {a} and {b} together", "please add {a} and {b}", "what does {a} plus {b} make",
+           "work out {a} plus {b}", "could you add {a} plus {b}", "{a} plus {b} equals what"],
           "plus", lambda r: (r.randint(0, 200), r.randint(0, 200))),
     "-": (["what's {a} minus {b}", "{a} minus {b}", "what is {a} take away {b}", "subtract {b} from {a}",
            "how much is {a} minus {b}", "take {b} away from {a}", "what do you get from {a} minus {b}",
-           "calculate {a} minus {b}", "{a} take away {b}", "tell me {a} minus {b}"],
+           "calculate {a} minus {b}", "{a} take away {b}", "tell me {a} minus {b}",
+           "{a} subtract {b}", "what's {a} take away {b}", "what is {a} minus {b}", "work out {a} minus {b}",
+           "{a} less {b}", "please subtract {b} from {a}", "can you subtract {b} from {a}",
+           "{a} minus {b} equals what", "how much is {a} take away {b}", "what does {a} minus {b} make"],
           "minus", lambda r: (r.randint(0, 200), r.randint(0, 150))),
     "*": (["what's {a} times {b}", "{a} times {b}", "what is {a} multiplied by {b}", "multiply {a} by {b}",
            "how much is {a} times {b}", "{a} multiplied by {b}", "what's the product of {a} and {b}",
-           "calculate {a} times {b}", "can you multiply {a} and {b}", "{a} x {b}"],
+           "calculate {a} times {b}", "can you multiply {a} and {b}", "{a} x {b}",
+           "what is {a} times {b}", "work out {a} times {b}", "multiply {a} and {b}", "{a} times {b} equals what",
+           "what does {a} times {b} make", "please multiply {a} by {b}", "how much is {a} multiplied by {b}",
+           "{a} multiplied with {b}", "times {a} by {b}", "what's {a} multiplied by {b}"],
           "times", lambda r: (r.randint(1, 40), r.randint(1, 25))),
     "/": (["what's {a} divided by {b}", "{a} divided by {b}", "divide {a} by {b}", "what is {a} over {b}",
            "how much is {a} divided by {b}", "can you divide {a} by {b}", "{a} over {b}",
-           "calculate {a} divided by {b}", "split {a} by {b}", "tell me {a} divided by {b}"],
+           "calculate {a} divided by {b}", "split {a} by {b}", "tell me {a} divided by {b}",
+           "what is {a} divided by {b}", "work out {a} divided by {b}", "{a} divided by {b} equals what",
+           "please divide {a} by {b}", "what does {a} divided by {b} make", "how much is {a} over {b}",
+           "what's {a} over {b}", "{a} split by {b}", "could you divide {a} by {b}", "what's {a} split by {b}"],
           "divided by", lambda r: _division(r)),
 }
 POWERS = {
     "squared": (["what's {a} squared", "{a} squared", "what is {a} to the power of two", "square {a}",
-                 "how much is {a} squared"], "{a} ** 2", "{a} squared", lambda r: r.randint(2, 40)),
+                 "how much is {a} squared",
+                 "{a} to the power of two", "what's {a} to the second power", "square of {a}",
+                 "what's the square of {a}", "{a} times itself"], "{a} ** 2", "{a} squared", lambda r: r.randint(2, 40)),
     "sqrt": (["what's the square root of {a}", "square root of {a}", "what is the square root of {a}",
-              "root of {a}", "tell me the square root of {a}"], "sqrt({a})", "the square root of {a}",
+              "root of {a}", "tell me the square root of {a}",
+              "what's the root of {a}", "square root {a}", "find the square root of {a}",
+              "calculate the square root of {a}", "what's the square root of the number {a}"], "sqrt({a})", "the square root of {a}",
              lambda r: r.randint(2, 30) ** 2 if r.random() < 0.8 else r.randint(2, 200)),
 }
 ARITH_REPLIES = ["{said} is {result}.", "that's {result}.", "{said} equals {result}.", "it's {result}."]
 FOLLOW = {
-    "+": ["and plus {c}", "now add {c}", "add {c} to that", "plus {c} more", "what if i add {c}"],
-    "-": ["and minus {c}", "now take away {c}", "subtract {c} from that", "minus {c}", "then take off {c}"],
-    "*": ["and times {c}", "now multiply that by {c}", "times {c}", "what's that times {c}", "double it by {c}"],
+    "+": ["and plus {c}", "now add {c}", "add {c} to that", "plus {c} more", "what if i add {c}",
+          "plus another {c}", "add another {c}", "then add {c}", "and add {c}", "and then plus {c}"],
+    "-": ["and minus {c}", "now take away {c}", "subtract {c} from that", "minus {c}", "then take off {c}",
+          "now minus {c}", "take away {c} from that", "and take away {c}", "minus another {c}",
+          "then subtract {c}"],
+    "*": ["and times {c}", "now multiply that by {c}", "times {c}", "what's that times {c}", "double it by {c}",
+          "multiply by {c}", "and multiply by {c}", "now times {c}", "that times {c}", "multiply that by {c}"],
 }
 
 
@@ -116,13 +136,31 @@ def _last_result(ctx: Context) -> Any:
 # --- clock ----------------------------------------------------------------------------------------------
 TIME_ASKS = ["what time is it", "what's the time", "do you know what time it is", "tell me the time",
              "what time is it right now", "what's the time now", "time please", "got the time",
-             "can you tell me the time", "what's the current time"]
+             "can you tell me the time", "what's the current time",
+             "what's the time right now", "time check", "could you tell me what time it is",
+             "what time do you have", "do you have the time", "tell me the current time", "what is the time",
+             "what's the time please", "i need the time", "can i get the time", "what o'clock is it",
+             "how late is it", "what time is it now", "give me the time", "what's the time at the moment",
+             "check the time for me", "what does the clock say", "any idea what time it is", "the time please",
+             "let me know the time"]
 DATE_ASKS = ["what's the date", "what's today's date", "what is the date today", "tell me the date",
              "what date is it", "today's date please", "what's the date today", "do you know the date",
-             "can you tell me the date", "which date is it today"]
+             "can you tell me the date", "which date is it today",
+             "what's the date today please", "tell me today's date", "what is today's date",
+             "what's the current date", "give me the date", "could you tell me the date", "date please",
+             "what date is today", "i need today's date", "what's the date right now", "what's the date again",
+             "what is the date", "check the date for me", "what day of the month is it", "can i get today's date",
+             "do you have the date", "what's the date now", "remind me of the date", "the date please",
+             "let me know the date"]
 DAY_ASKS = ["what day is it", "what day of the week is it", "which day is today", "what day is it today",
             "remind me what day it is", "do you know what day it is", "what weekday is it",
-            "tell me what day it is", "what's the day today", "which day of the week is it"]
+            "tell me what day it is", "what's the day today", "which day of the week is it",
+            "what's today", "which weekday is it", "what day is today", "what day of the week is today",
+            "what day are we on", "can you tell me what day it is", "what weekday is today",
+            "day of the week please", "what day is it now", "tell me the day of the week", "which day is it",
+            "what's the weekday", "what day of the week is it today", "i forgot what day it is",
+            "what weekday are we on", "what's the day of the week", "remind me which day it is",
+            "give me the day of the week", "what day is it again", "check what day it is"]
 
 
 def clock_time(ctx: Context) -> tuple[Call, Facts]:
@@ -165,7 +203,16 @@ UNIT_PAIRS = [("km", "mi"), ("mi", "km"), ("m", "ft"), ("ft", "m"), ("kg", "lb")
 CONVERT_ASKS = ["convert {v} {src} to {dst}", "how many {dst} is {v} {src}", "what's {v} {src} in {dst}",
                 "{v} {src} in {dst}", "how much is {v} {src} in {dst}", "can you convert {v} {src} into {dst}",
                 "what is {v} {src} in {dst}", "{v} {src} to {dst}", "change {v} {src} to {dst}",
-                "tell me {v} {src} in {dst} please"]
+                "tell me {v} {src} in {dst} please",
+                "how many {dst} are in {v} {src}", "{v} {src} is how many {dst}",
+                "what does {v} {src} come to in {dst}", "please convert {v} {src} to {dst}",
+                "what are {v} {src} in {dst}", "could you convert {v} {src} to {dst}", "turn {v} {src} into {dst}",
+                "i need {v} {src} in {dst}", "what's {v} {src} converted to {dst}", "give me {v} {src} in {dst}",
+                "convert {v} {src} into {dst} for me", "{v} {src} how many {dst} is that",
+                "express {v} {src} in {dst}", "what would {v} {src} be in {dst}",
+                "what's {v} {src} equal to in {dst}", "how much would {v} {src} be in {dst}",
+                "do you know {v} {src} in {dst}", "change {v} {src} into {dst} please", "i want {v} {src} in {dst}",
+                "convert {v} {src} for me into {dst}"]
 
 
 def _unit_text(ctx: Context, code: str, value: int | None) -> str:
@@ -193,16 +240,35 @@ def conversion(ctx: Context) -> tuple[Call, Facts]:
 TIMER_ASKS = ["set a timer for {n} {unit}", "start a {n} {one} timer", "timer for {n} {unit}",
               "can you set a {n} {one} timer", "remind me in {n} {unit}", "count down {n} {unit}",
               "set a {n} {one} timer please", "put a timer on for {n} {unit}", "i need a timer for {n} {unit}",
-              "start a timer for {n} {unit}"]
+              "start a timer for {n} {unit}",
+              "set a timer {n} {unit}", "timer {n} {unit} please", "could you start a timer for {n} {unit}",
+              "i want a {n} {one} timer", "let me know in {n} {unit}", "set the timer for {n} {unit}",
+              "make a timer for {n} {unit}", "give me a {n} {one} timer", "remind me after {n} {unit}",
+              "time {n} {unit} for me", "set a {n} {one} countdown", "start counting down {n} {unit}",
+              "please set a timer for {n} {unit}", "a timer for {n} {unit} please", "can i get a {n} {one} timer",
+              "alert me in {n} {unit}", "ping me in {n} {unit}", "start a {n} {one} countdown", "timer {n} {unit}",
+              "could you time {n} {unit}"]
 LABEL_ASKS = ["set a timer for {n} {unit} for the {label}", "{n} {one} timer for the {label}",
               "start a {n} {one} timer for my {label}", "timer {n} {unit} for {label}",
-              "set a {label} timer for {n} {unit}"]
+              "set a {label} timer for {n} {unit}",
+              "timer for the {label} {n} {unit}", "a {label} timer for {n} {unit}",
+              "set a {n} {one} timer for the {label}", "{label} timer {n} {unit}",
+              "start a {label} timer for {n} {unit}", "remind me about the {label} in {n} {unit}",
+              "i need a {n} {one} timer for my {label}", "time the {label} for {n} {unit}",
+              "can you set a {label} timer {n} {unit}", "put on a {n} {one} {label} timer"]
 LABELS = ["pasta", "eggs", "tea", "laundry", "oven", "pizza", "workout", "nap", "cookies", "rice", "bread",
           "meeting", "break", "soup", "coffee", "cake", "plants", "homework"]
 CANCEL_ASKS = ["cancel the timer", "stop the timer", "never mind cancel that timer", "cancel it",
-               "turn off the timer", "delete my timer", "cancel my timer please"]
+               "turn off the timer", "delete my timer", "cancel my timer please",
+               "stop my timer", "cancel the countdown", "kill the timer", "get rid of the timer",
+               "please cancel the timer", "remove the timer", "i don't need the timer anymore", "switch off my timer",
+               "clear the timer", "stop it", "cancel that", "turn the timer off", "scrap the timer"]
 LIST_ASKS = ["how much time is left", "how long is left on my timer", "what timers do i have",
-             "how much longer on the timer", "check my timer", "any timers running", "how much time is left on it"]
+             "how much longer on the timer", "check my timer", "any timers running", "how much time is left on it",
+             "how much time do i have left", "what's left on the timer", "show my timers",
+             "is my timer still running", "can you check the timer", "how long until the timer goes off",
+             "what's the status of my timer", "when does my timer end", "do i have a timer running",
+             "how much time is left on the timer", "list my timers", "time left on my timer", "how long do i have"]
 
 
 def _set_timer(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -256,8 +322,16 @@ def timer_manage(ctx: Context) -> tuple[Call, Facts]:
 CAPITAL_ASKS = ["what's the capital of {c}", "capital of {c}", "what is the capital of {c}",
                 "do you know the capital of {c}", "what is {c}'s capital", "tell me the capital city of {c}",
                 "which city is the capital of {c}", "what's the capital city of {c}", "name the capital of {c}",
-                "what city is the capital of {c}"]
-CAPITAL_FOLLOW = ["and {c}", "what about {c}", "how about {c}", "and what about {c}", "and for {c}"]
+                "what city is the capital of {c}",
+                "the capital of {c}", "what's {c}'s capital city", "tell me the capital of {c}",
+                "which is the capital of {c}", "capital city of {c}", "i want to know the capital of {c}",
+                "can you tell me the capital of {c}", "what is the capital city of {c}", "what's {c}'s capital",
+                "do you happen to know the capital of {c}", "{c} capital", "capital of {c} please",
+                "which city is {c}'s capital", "what would be the capital of {c}", "tell me {c}'s capital"]
+CAPITAL_FOLLOW = ["and {c}", "what about {c}", "how about {c}", "and what about {c}", "and for {c}",
+                  "and {c}'s", "what's the one for {c}", "how about for {c}", "and the capital of {c}",
+                  "same for {c}", "what about {c} then", "and {c} please", "okay and {c}", "now {c}",
+                  "and how about {c}"]
 UNKNOWN_COUNTRIES = ["atlantis", "wakanda", "narnia", "westeros", "elbonia", "genovia", "latveria"]
 
 

@@ -43,14 +43,15 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+def train_tokenizer(texts: Iterable[str], vocab_size: int, max_token_length: int = 0) -> Tokenizer:
     """A byte-level BPE over `texts` with the special tokens at ids 0..5.
 
     Spaces are tokens of their own and digits are split one by one, so a word or a number is the same ids
     wherever it stands: "brazil" after a space in the request and after a quote in the tool call's JSON.
     Copying a value is then copying ids, which a small model learns fast and which carries over to values
     it never saw. Input is lower-cased: the corpus is speech-recognition text, so typed text ("What is the
-    capital of France?") reaches the model in the same form."""
+    capital of France?") reaches the model in the same form. A `max_token_length` splits long names seen in
+    training into pieces too, the same kind of pieces a name never seen is split into."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.Lowercase()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -60,7 +61,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     ])
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  max_token_length=max_token_length or None)
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 

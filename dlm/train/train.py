@@ -89,7 +89,8 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokeniz
         tokenizer = Tokenizer.from_file(str(tok_path))
     else:
         renderer = DialogueEncoder(None)  # type: ignore[arg-type]
-        tokenizer = train_tokenizer((renderer.render(e) for e in examples), run.data.vocab_size)
+        tokenizer = train_tokenizer((renderer.render(e) for e in examples), run.data.vocab_size,
+                                    run.data.max_token_length)
         state_dir.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(tok_path))
     encoder = DialogueEncoder(tokenizer)

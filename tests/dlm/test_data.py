@@ -8,6 +8,7 @@ from collections import Counter
 
 import jsonschema
 import pytest
+from tokenizers import Tokenizer
 
 from dlm.chat_template import ChatTemplate
 from dlm.tools import tool_call_schema
@@ -101,6 +102,19 @@ def test_tokenizer_round_trip_and_special_tokens(tokenizer_and_corpus) -> None:
     for special in SPECIAL_TOKENS:
         assert tokenizer.encode(f"a{special}b").ids[1] == tokenizer.token_to_id(special)
     assert tokenizer.encode("What is the Capital of FRANCE").ids == tokenizer.encode("what is the capital of france").ids
+
+
+def test_a_token_length_limit_splits_long_words_and_still_round_trips(tokenizer_and_corpus) -> None:
+    _, _, texts = tokenizer_and_corpus
+    unlimited, limited = train_tokenizer(texts, 500), train_tokenizer(texts, 500, max_token_length=4)
+    def longest(tokenizer: Tokenizer) -> int:
+        return max(len(t) for t in tokenizer.get_vocab() if t not in SPECIAL_TOKENS)
+
+    assert longest(limited) <= 4 < longest(unlimited)
+    for text in texts[:20]:
+        ids = limited.encode(text).ids
+        assert limited.decode(ids, skip_special_tokens=False) == text
+        assert len(ids) >= len(unlimited.encode(text).ids)
 
 
 def test_targets_are_exactly_the_assistant_turns(tokenizer_and_corpus) -> None:

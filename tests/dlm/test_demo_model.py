@@ -89,14 +89,15 @@ def test_answers_heldout_questions_through_real_tool_calls(assistant: Assistant,
 
 
 def test_turns_end_with_the_end_of_turn_token(assistant: Assistant) -> None:
+    budget = 64  # a unit conversion, the longest call, is 50 tokens with its end tokens
     chat = [e for e in generate("heldout", 300, 11) if e.call is None and e.intent != "spelling"][:6]
     for example in chat:
         prompt = assistant.prompt(example, example.last_user_index() + 1)
-        result = assistant.engine.generate(prompt, max_new_tokens=48)
+        result = assistant.engine.generate(prompt, max_new_tokens=budget)
         assert result.finish_reason == "stop", (example.messages[-2]["content"], result.text)
     # tool-call turns end too, right after their call
     time_turns = [e for e in generate("heldout", 400, 11) if e.intent == "time"][:4]
-    results = [assistant.engine.generate(assistant.prompt(e, e.last_user_index() + 1), max_new_tokens=48)
+    results = [assistant.engine.generate(assistant.prompt(e, e.last_user_index() + 1), max_new_tokens=budget)
                for e in time_turns]
     assert all(result.finish_reason == "stop" for result in results)
 
@@ -150,3 +151,12 @@ def test_eval_cli_compares_rules_on_chosen_efforts(tmp_path: Path, capsys: pytes
         with pytest.raises(SystemExit) as exit_info:
             main(["--limit", "1", *bad])
         assert exit_info.value.code == 2
+
+
+def test_eval_leaves_out_dialogues_longer_than_the_context(assistant: Assistant) -> None:
+    """Training drops dialogues over the context, so the eval does too instead of failing on the prompt."""
+    short, long = (Example("repeat", [{"role": "user", "content": f"say {words}"},
+                                      {"role": "assistant", "content": f"{words}."}], None, (words,))
+                   for words in ("kelmaria 12", "kelmaria 12 " * 60))
+    assert assistant.fits(short) and not assistant.fits(long)
+    assert len(assistant.prompt(long, 1)) > assistant.model.cfg.max_position_embeddings // 2
