@@ -80,15 +80,15 @@ class Assistant:
         self.vocab = vocab_strings(self.tokenizer.backend)
         self.call_schema = tool_call_schema()
 
-    def prompt(self, example: Example, upto: int) -> list[int]:
-        text = self.tokenizer.apply_chat_template(example.messages[:upto], add_generation_prompt=True,
-                                                  tools=example.tools)
+    def prompt(self, example: Example, upto: int, add_generation_prompt: bool = True) -> list[int]:
+        text = self.tokenizer.apply_chat_template(example.messages[:upto], tools=example.tools,
+                                                  add_generation_prompt=add_generation_prompt)
         return self.tokenizer.encode(text)
 
     def fits(self, example: Example) -> bool:
         """Whether the whole dialogue fits the model's context, as every training dialogue does."""
-        text = self.tokenizer.apply_chat_template(example.messages, add_generation_prompt=False, tools=example.tools)
-        return len(self.tokenizer.encode(text)) <= self.model.cfg.max_position_embeddings
+        whole = self.prompt(example, len(example.messages), add_generation_prompt=False)
+        return len(whole) <= self.model.cfg.max_position_embeddings
 
     def _prefilled(self, prompt: list[int], block_size: int) -> CachedForward:
         """A fresh cache holding the prompt's full blocks (the tail is decoded inside the first block)."""
@@ -170,7 +170,9 @@ class Tally:
         return hit / total if total else float("nan")
 
 
-def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, ...] = EFFORTS) -> dict[str, Any]:
+def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ...] = EFFORTS) -> dict[str, Any]:
+    """The figures over the dialogues of `sample` that fit the model's context (`too_long` counts the rest)."""
+    examples = [example for example in sample if assistant.fits(example)]
     lead = DEFAULT_EFFORT if DEFAULT_EFFORT in efforts else efforts[0]  # the effort the headline figures are of
     tally = Tally()
     tokens = dict.fromkeys(efforts, 0)
@@ -212,6 +214,7 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
     intents = sorted({e.intent for e in examples})
     return {
         "examples": len(examples),
+        "too_long": len(sample) - len(examples),
         "effort": lead,
         "tool_call_exact": tally.rate(f"tool_call_exact/{lead}"),
         "answer_correct": tally.rate(f"answer_correct/{lead}"),
@@ -234,7 +237,7 @@ def evaluate(assistant: Assistant, examples: list[Example], efforts: tuple[str, 
 
 def format_table(report: dict[str, Any]) -> str:
     efforts = list(report["tokens_per_forward"])
-    too_long = report.get("too_long")
+    too_long = report["too_long"]
     lines = [f"held-out dialogues: {report['examples']}"
              + (f" ({too_long} left out: longer than the model's context)" if too_long else ""), "",
              f"{'metric':<28}" + "".join(f"{e:>10}" for e in efforts)]
@@ -277,10 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     rule = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
     assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule)
-    sample = generate("heldout", args.limit, args.seed)
-    examples = [example for example in sample if assistant.fits(example)]
-    report = evaluate(assistant, examples, efforts)
-    report["too_long"] = len(sample) - len(examples)
+    report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts)
     report["rule"] = rule or "each effort's own"
     report["seconds"] = round(time.monotonic() - started, 1)
     report["model"] = args.model

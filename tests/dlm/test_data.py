@@ -107,6 +107,7 @@ def test_tokenizer_round_trip_and_special_tokens(tokenizer_and_corpus) -> None:
 def test_a_token_length_limit_splits_long_words_and_still_round_trips(tokenizer_and_corpus) -> None:
     _, _, texts = tokenizer_and_corpus
     unlimited, limited = train_tokenizer(texts, 500), train_tokenizer(texts, 500, max_token_length=4)
+
     def longest(tokenizer: Tokenizer) -> int:
         return max(len(t) for t in tokenizer.get_vocab() if t not in SPECIAL_TOKENS)
 
