@@ -47,14 +47,14 @@ ARITH = {
            "calculate {a} minus {b}", "{a} take away {b}", "tell me {a} minus {b}",
            "{a} subtract {b}", "what's {a} take away {b}", "what is {a} minus {b}", "work out {a} minus {b}",
            "{a} less {b}", "please subtract {b} from {a}", "can you subtract {b} from {a}",
-           "{a} minus {b} equals what", "how much is {a} take away {b}", "what does {a} minus {b} make"],
+           "{a} minus {b} equals what", "how much is {a} take away {b}", "what does {a} minus {b} make", "what's {a} less {b}"],
           "minus", lambda r: (r.randint(0, 200), r.randint(0, 150))),
     "*": (["what's {a} times {b}", "{a} times {b}", "what is {a} multiplied by {b}", "multiply {a} by {b}",
            "how much is {a} times {b}", "{a} multiplied by {b}", "what's the product of {a} and {b}",
            "calculate {a} times {b}", "can you multiply {a} and {b}", "{a} x {b}",
            "what is {a} times {b}", "work out {a} times {b}", "multiply {a} and {b}", "{a} times {b} equals what",
            "what does {a} times {b} make", "please multiply {a} by {b}", "how much is {a} multiplied by {b}",
-           "{a} multiplied with {b}", "times {a} by {b}", "what's {a} multiplied by {b}"],
+           "{a} multiplied with {b}", "times {a} by {b}", "what's {a} multiplied by {b}", "what's {a} x {b}"],
           "times", lambda r: (r.randint(1, 40), r.randint(1, 25))),
     "/": (["what's {a} divided by {b}", "{a} divided by {b}", "divide {a} by {b}", "what is {a} over {b}",
            "how much is {a} divided by {b}", "can you divide {a} by {b}", "{a} over {b}",
@@ -68,21 +68,21 @@ POWERS = {
     "squared": (["what's {a} squared", "{a} squared", "what is {a} to the power of two", "square {a}",
                  "how much is {a} squared",
                  "{a} to the power of two", "what's {a} to the second power", "square of {a}",
-                 "what's the square of {a}", "{a} times itself"], "{a} ** 2", "{a} squared", lambda r: r.randint(2, 40)),
+                 "what's the square of {a}", "{a} times itself", "what's {a} times itself"], "{a} ** 2", "{a} squared", lambda r: r.randint(2, 40)),
     "sqrt": (["what's the square root of {a}", "square root of {a}", "what is the square root of {a}",
               "root of {a}", "tell me the square root of {a}",
               "what's the root of {a}", "square root {a}", "find the square root of {a}",
-              "calculate the square root of {a}", "what's the square root of the number {a}"], "sqrt({a})", "the square root of {a}",
+              "calculate the square root of {a}", "what's the square root of the number {a}", "square root of the number {a}"], "sqrt({a})", "the square root of {a}",
              lambda r: r.randint(2, 30) ** 2 if r.random() < 0.8 else r.randint(2, 200)),
 }
 ARITH_REPLIES = ["{said} is {result}.", "that's {result}.", "{said} equals {result}.", "it's {result}."]
 FOLLOW = {
     "+": ["and plus {c}", "now add {c}", "add {c} to that", "plus {c} more", "what if i add {c}",
-          "plus another {c}", "add another {c}", "then add {c}", "and add {c}", "and then plus {c}"],
+          "plus another {c}", "add another {c}", "then add {c}", "and add {c}", "and then plus {c}", "if i add {c} what do i get"],
     "-": ["and minus {c}", "now take away {c}", "subtract {c} from that", "minus {c}", "then take off {c}",
           "now minus {c}", "take away {c} from that", "and take away {c}", "minus another {c}",
           "then subtract {c}"],
-    "*": ["and times {c}", "now multiply that by {c}", "times {c}", "what's that times {c}", "double it by {c}",
+    "*": ["and times {c}", "now multiply that by {c}", "times {c}", "what's that times {c}", "times it by {c}",
           "multiply by {c}", "and multiply by {c}", "now times {c}", "that times {c}", "multiply that by {c}"],
 }
 
@@ -142,7 +142,7 @@ TIME_ASKS = ["what time is it", "what's the time", "do you know what time it is"
              "what's the time please", "i need the time", "can i get the time", "what o'clock is it",
              "how late is it", "what time is it now", "give me the time", "what's the time at the moment",
              "check the time for me", "what does the clock say", "any idea what time it is", "the time please",
-             "let me know the time"]
+             "let me know the time", "what time is it at the moment", "let me see the time"]
 DATE_ASKS = ["what's the date", "what's today's date", "what is the date today", "tell me the date",
              "what date is it", "today's date please", "what's the date today", "do you know the date",
              "can you tell me the date", "which date is it today",
@@ -151,7 +151,7 @@ DATE_ASKS = ["what's the date", "what's today's date", "what is the date today",
              "what date is today", "i need today's date", "what's the date right now", "what's the date again",
              "what is the date", "check the date for me", "what day of the month is it", "can i get today's date",
              "do you have the date", "what's the date now", "remind me of the date", "the date please",
-             "let me know the date"]
+             "let me know the date", "let me see the date"]
 DAY_ASKS = ["what day is it", "what day of the week is it", "which day is today", "what day is it today",
             "remind me what day it is", "do you know what day it is", "what weekday is it",
             "tell me what day it is", "what's the day today", "which day of the week is it",
@@ -160,7 +160,7 @@ DAY_ASKS = ["what day is it", "what day of the week is it", "which day is today"
             "day of the week please", "what day is it now", "tell me the day of the week", "which day is it",
             "what's the weekday", "what day of the week is it today", "i forgot what day it is",
             "what weekday are we on", "what's the day of the week", "remind me which day it is",
-            "give me the day of the week", "what day is it again", "check what day it is"]
+            "give me the day of the week", "what day is it again", "check what day it is", "what day of the week are we in"]
 
 
 def clock_time(ctx: Context) -> tuple[Call, Facts]:
@@ -212,7 +212,7 @@ CONVERT_ASKS = ["convert {v} {src} to {dst}", "how many {dst} is {v} {src}", "wh
                 "express {v} {src} in {dst}", "what would {v} {src} be in {dst}",
                 "what's {v} {src} equal to in {dst}", "how much would {v} {src} be in {dst}",
                 "do you know {v} {src} in {dst}", "change {v} {src} into {dst} please", "i want {v} {src} in {dst}",
-                "convert {v} {src} for me into {dst}"]
+                "convert {v} {src} for me into {dst}", "{v} {src} is equal to how many {dst}"]
 
 
 def _unit_text(ctx: Context, code: str, value: int | None) -> str:
@@ -247,7 +247,7 @@ TIMER_ASKS = ["set a timer for {n} {unit}", "start a {n} {one} timer", "timer fo
               "time {n} {unit} for me", "set a {n} {one} countdown", "start counting down {n} {unit}",
               "please set a timer for {n} {unit}", "a timer for {n} {unit} please", "can i get a {n} {one} timer",
               "alert me in {n} {unit}", "ping me in {n} {unit}", "start a {n} {one} countdown", "timer {n} {unit}",
-              "could you time {n} {unit}"]
+              "could you time {n} {unit}", "let me know after {n} {unit}"]
 LABEL_ASKS = ["set a timer for {n} {unit} for the {label}", "{n} {one} timer for the {label}",
               "start a {n} {one} timer for my {label}", "timer {n} {unit} for {label}",
               "set a {label} timer for {n} {unit}",
@@ -262,13 +262,13 @@ CANCEL_ASKS = ["cancel the timer", "stop the timer", "never mind cancel that tim
                "turn off the timer", "delete my timer", "cancel my timer please",
                "stop my timer", "cancel the countdown", "kill the timer", "get rid of the timer",
                "please cancel the timer", "remove the timer", "i don't need the timer anymore", "switch off my timer",
-               "clear the timer", "stop it", "cancel that", "turn the timer off", "scrap the timer"]
+               "clear the timer", "stop it", "cancel that", "turn the timer off", "scrap the timer", "kill my timer", "switch the timer off", "scrap my timer"]
 LIST_ASKS = ["how much time is left", "how long is left on my timer", "what timers do i have",
              "how much longer on the timer", "check my timer", "any timers running", "how much time is left on it",
              "how much time do i have left", "what's left on the timer", "show my timers",
              "is my timer still running", "can you check the timer", "how long until the timer goes off",
              "what's the status of my timer", "when does my timer end", "do i have a timer running",
-             "how much time is left on the timer", "list my timers", "time left on my timer", "how long do i have"]
+             "how much time is left on the timer", "list my timers", "time left on my timer", "how long do i have", "show me my timer", "when will the timer end"]
 
 
 def _set_timer(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -327,11 +327,11 @@ CAPITAL_ASKS = ["what's the capital of {c}", "capital of {c}", "what is the capi
                 "which is the capital of {c}", "capital city of {c}", "i want to know the capital of {c}",
                 "can you tell me the capital of {c}", "what is the capital city of {c}", "what's {c}'s capital",
                 "do you happen to know the capital of {c}", "{c} capital", "capital of {c} please",
-                "which city is {c}'s capital", "what would be the capital of {c}", "tell me {c}'s capital"]
+                "which city is {c}'s capital", "what would be the capital of {c}", "tell me {c}'s capital", "would you happen to know {c}'s capital"]
 CAPITAL_FOLLOW = ["and {c}", "what about {c}", "how about {c}", "and what about {c}", "and for {c}",
                   "and {c}'s", "what's the one for {c}", "how about for {c}", "and the capital of {c}",
                   "same for {c}", "what about {c} then", "and {c} please", "okay and {c}", "now {c}",
-                  "and how about {c}"]
+                  "and how about {c}", "same question for {c}"]
 UNKNOWN_COUNTRIES = ["atlantis", "wakanda", "narnia", "westeros", "elbonia", "genovia", "latveria"]
 
 
@@ -381,7 +381,7 @@ def capital_follow_up(ctx: Context) -> tuple[Call, Facts]:
 WORDS = ["necessary", "because", "beautiful", "different", "favorite", "restaurant", "separate", "definitely", "weird", "receive", "believe", "friend", "tomorrow", "yesterday", "calendar", "library", "february", "wednesday", "business", "government", "environment", "interesting", "knowledge", "language", "especially", "immediately", "independent", "occasion", "possession", "recommend", "rhythm", "schedule", "science", "surprise", "temperature", "vacuum", "vegetable", "whether", "which", "window", "yellow", "zebra", "banana", "orange", "purple", "elephant", "giraffe", "kitchen", "picture", "question", "answer", "animal", "country", "capital", "minute", "second", "hour", "thousand", "hundred", "million", "family", "people", "weather", "chocolate", "coffee", "pizza", "pasta", "mountain", "river", "ocean", "island", "bicycle", "computer", "keyboard", "telephone", "message", "birthday", "holiday", "summer", "winter", "spring", "autumn", "doctor", "teacher", "engineer", "garden", "flower", "market", "coming", "running", "writing", "reading", "listening", "through", "thought", "enough", "laugh", "cough", "dough", "island", "castle", "listen", "honest", "answer", "sandwich", "breakfast", "dinner", "lunch", "umbrella", "airport", "hospital", "museum", "theater", "theatre", "color", "colour", "neighbor", "address", "accommodate", "achieve", "across", "apparent", "argument", "basically", "beginning", "calendar", "category", "cemetery", "committee", "conscious", "embarrass", "existence", "experience", "familiar", "finally", "foreign", "forty", "fourth", "grateful", "guarantee", "harass", "height", "humorous", "ignorance", "judgment", "leisure", "license", "maintenance", "millennium", "miniature", "mischievous", "noticeable", "official", "parallel", "pastime", "perseverance", "piece", "playwright", "privilege", "publicly", "really", "referred", "relevant", "religious", "remember", "resistance", "sense", "sentence", "similar", "sincerely", "speech", "successful", "supersede", "tendency", "truly", "until", "vicious", "wherever"]
 SPELL_ASKS = ["how do you spell {w}", "spell {w}", "can you spell {w} for me", "what's the spelling of {w}",
               "how is {w} spelled", "spell the word {w}", "how do i spell {w}", "i need the spelling of {w}",
-              "spell out {w}", "could you spell {w}"]
+              "spell out {w}", "could you spell {w}", "tell me how {w} is spelled"]
 SPELL_AGAIN = ["can you spell that again", "say that again", "one more time please", "again please",
                "spell it again"]
 
@@ -428,23 +428,23 @@ def repeat(ctx: Context) -> tuple[Call, Facts]:
 # --- conversation without tools -------------------------------------------------------------------------
 CHAT = {
     "greeting": (["hi", "hello", "hey", "hey there", "good morning", "hello there", "hi assistant",
-                  "good evening", "good afternoon", "hiya", "morning", "hi there"],
+                  "good evening", "good afternoon", "hiya", "morning", "hi there", "hiya there"],
                  ["hi! how can i help?", "hello! what can i do for you?", "hey, what do you need?"]),
     "how_are_you": (["how are you", "how's it going", "how are you doing today", "you doing okay",
                      "how are things", "how have you been", "are you doing well"],
                     ["i'm doing well, thanks. how can i help?", "pretty good! what can i do for you?"]),
     "identity": (["what's your name", "who are you", "what are you", "are you a robot", "are you a person",
-                  "tell me about yourself", "what should i call you"],
+                  "tell me about yourself", "what should i call you", "are you a real person"],
                  ["i'm a small voice assistant running right here on this device."]),
     "thanks": (["thanks", "thank you", "thanks a lot", "cheers", "thank you so much", "great thanks",
-                "perfect thank you", "awesome thanks", "thanks a bunch", "that's great thank you"],
+                "perfect thank you", "awesome thanks", "thanks a bunch", "that's great thank you", "thanks so much"],
                ["you're welcome!", "happy to help.", "anytime."]),
     "goodbye": (["bye", "goodbye", "see you later", "that's all", "good night", "talk to you later",
                  "bye for now", "see ya", "that's it for now", "okay bye"],
                 ["bye! talk soon.", "goodbye!", "see you later."]),
     "capabilities": (["what can you do", "what can you help me with", "what are you able to do", "help",
                       "what do you know how to do", "what kind of things can you do", "how can you help me",
-                      "what are your skills", "what can i ask you", "what are you good at"],
+                      "what are your skills", "what can i ask you", "what are you good at", "what are you best at"],
                      ["i can tell you the time and date, do math, convert units, set timers, spell words, "
                       "and tell you the capital of a country."]),
 }
@@ -453,21 +453,21 @@ REFUSALS = {
                        "search for {x}", "can you browse the web for {x}", "open a website about {x}"],
     "check the weather": ["what's the weather like", "is it going to rain tomorrow", "what's the forecast",
                           "how hot will it be today", "do i need an umbrella", "what's the weather in {city}",
-                          "will it snow this week"],
+                          "will it snow this week", "should i take an umbrella"],
     "play music": ["play some music", "play {song}", "put on some jazz", "turn up the volume", "skip this song",
-                   "play my playlist", "play the radio"],
+                   "play my playlist", "play the radio", "skip to the next song"],
     "make phone calls": ["call {name}", "phone {name}", "can you call {name} for me", "ring {name}",
                          "make a call to {name}", "video call {name}", "call my mom"],
     "send messages": ["text {name} that i'm late", "send an email to {name}", "send a message to {name}",
                       "tell {name} i'll be home soon", "email my boss", "reply to {name}'s message",
-                      "send {name} a text"],
+                      "send {name} a text", "write to my boss"],
     "order or book things": ["order a pizza", "buy me some shoes", "add milk to my cart", "book a table for two",
-                             "book me a flight", "order a taxi", "get me an uber"],
+                             "book me a flight", "order a taxi", "get me an uber", "book a flight home"],
     "get news or live information": ["what's in the news", "latest headlines", "who won the game last night",
                                      "how are the stocks doing", "what's the score", "any news today",
-                                     "what's trending"],
+                                     "what's trending", "what's the latest score"],
     "control devices": ["turn on the lights", "turn off the lights in the kitchen", "lock the front door",
-                        "set the thermostat to seventy", "open the garage", "turn on the tv", "dim the lights"],
+                        "set the thermostat to seventy", "open the garage", "turn on the tv", "dim the lights", "close the garage door"],
 }
 FILL = {"x": ["cheap flights", "pizza places", "the news", "cat videos", "recipes", "python tutorials"],
         "city": ["london", "paris", "boston", "tokyo"], "song": ["taylor swift", "some rock", "despacito"],

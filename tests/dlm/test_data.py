@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 
 import jsonschema
@@ -15,9 +16,28 @@ from dlm.tools import tool_call_schema
 from dlm.tools.facts import CAPITALS
 from dlm.train.asr import CLOSERS, FILLERS, OPENERS, asr_noise
 from dlm.train.config import from_dict
-from dlm.train.data import Context, generate
+from dlm.train.data import HELDOUT_EVERY, Context, generate
 from dlm.train.encode import DialogueEncoder
-from dlm.train.intents import ARITH, CAPITAL_ASKS
+from dlm.train.intents import (
+    ARITH,
+    CANCEL_ASKS,
+    CAPITAL_ASKS,
+    CAPITAL_FOLLOW,
+    CHAT,
+    CONVERT_ASKS,
+    DATE_ASKS,
+    DAY_ASKS,
+    FOLLOW,
+    LABEL_ASKS,
+    LIST_ASKS,
+    POWERS,
+    REFUSALS,
+    REPEAT_ASKS,
+    SPELL_AGAIN,
+    SPELL_ASKS,
+    TIME_ASKS,
+    TIMER_ASKS,
+)
 from dlm.train.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
 
 
@@ -33,6 +53,26 @@ def test_template_pools_are_disjoint() -> None:
         held = {Context("heldout", random.Random(i)).template(templates) for i in range(200)}
         assert train and held and not train & held
         assert train | held == set(templates)
+
+
+REQUEST_LISTS = [TIME_ASKS, DATE_ASKS, DAY_ASKS, CONVERT_ASKS, TIMER_ASKS, LABEL_ASKS, CANCEL_ASKS, LIST_ASKS,
+                 CAPITAL_ASKS, CAPITAL_FOLLOW, SPELL_ASKS, SPELL_AGAIN, REPEAT_ASKS, *FOLLOW.values(),
+                 *(entry[0] for entry in (*ARITH.values(), *POWERS.values(), *CHAT.values())), *REFUSALS.values()]
+
+
+def template_words(template: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", re.sub(r"\{\w+\}('s)?", " ", template)))
+
+
+def test_heldout_requests_reword_only_words_training_requests_use() -> None:
+    """A model trained from scratch on this corpus can generalise to a new wording of words it has seen, not
+    to a word it never met ("{a} less {b}" with "less" in no training request): such a template would test
+    knowledge no checkpoint trained here can have."""
+    held = [t for ts in REQUEST_LISTS for i, t in enumerate(ts) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1]
+    seen = set().union(*(template_words(t) for ts in REQUEST_LISTS for i, t in enumerate(ts)
+                         if i % HELDOUT_EVERY != HELDOUT_EVERY - 1))
+    assert len(held) > 60
+    assert {t: sorted(template_words(t) - seen) for t in held if template_words(t) - seen} == {}
 
 
 def test_recognised_requests_keep_their_values_and_vary_their_wrapping() -> None:
