@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from dlm.train.candidates import train_with_candidates
 from dlm.train.config import load_run_config
 from dlm.train.train import train
 
@@ -21,7 +22,8 @@ def main(argv: list[str] | None = None) -> None:
         run.train.steps = args.steps
     if args.out is not None:
         run.train.out_dir = args.out
-    result = train(run, resume=args.resume, stop_after=args.stop_after)
+    run_training = train_with_candidates if run.curriculum.candidates > 1 else train
+    result = run_training(run, resume=args.resume, stop_after=args.stop_after)
     print(f"trained {result.steps} steps in {result.seconds / 60:.1f} min, final loss {result.final_loss:.3f}; "
           f"checkpoint in {result.out_dir}")
 

@@ -63,13 +63,15 @@ class CurriculumConfig:
     corpus. Copying is learned in a sudden phase change that a corpus of nothing but copies reaches within
     minutes and the full mix, where copies are diluted, does not reach in a whole run. When that change comes
     varies from seed to seed, so the curriculum can end on its loss (`until_loss`: the mean over its last
-    `loss_window` steps falls below it) rather than at a fixed step; `steps` is then its most."""
+    `loss_window` steps falls below it) rather than at a fixed step; `steps` is then its most. With
+    `candidates` > 1 that many seeds run it side by side and the lowest loss carries on (dlm.train.candidates)."""
 
     intents: list[str] = field(default_factory=list)
     steps: int = 0
     examples: int = 8000
     until_loss: float = 0.0  # 0: always run all `steps`
     loss_window: int = 100
+    candidates: int = 1  # seeds that run the curriculum side by side, one core each; the lowest loss goes on
 
 
 @dataclass
@@ -106,6 +108,8 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise ValueError("[curriculum] steps needs intents: the first steps train on those intents only")
     if run.curriculum.until_loss < 0 or run.curriculum.loss_window < 1:
         raise ValueError("[curriculum] until_loss must be >= 0 and loss_window >= 1")
+    if run.curriculum.candidates < 1 or (run.curriculum.candidates > 1 and not run.curriculum.steps):
+        raise ValueError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
     if run.curriculum.until_loss and not run.curriculum.steps:
         raise ValueError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
     return run

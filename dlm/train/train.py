@@ -80,19 +80,28 @@ class Phase(NamedTuple):
     corpus: list[Encoded]
 
 
+def training_corpus(run: RunConfig) -> list[Example]:
+    return generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights)
+
+
+def run_tokenizer(run: RunConfig, examples: list[Example], state_dir: Path, resume: bool) -> Tokenizer:
+    """The run's tokenizer: reloaded from state_dir when resuming, else trained on `examples` and saved there."""
+    tok_path = state_dir / "tokenizer.json"
+    if resume and tok_path.exists():
+        return Tokenizer.from_file(str(tok_path))
+    renderer = DialogueEncoder(None)  # type: ignore[arg-type]
+    tokenizer = train_tokenizer((renderer.render(e) for e in examples), run.data.vocab_size,
+                                run.data.max_token_length)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(tok_path))
+    return tokenizer
+
+
 def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Phase]]:
     """The tokenizer (reloaded when resuming, trained on the full corpus otherwise) and the run's phases:
     the curriculum's corpus from step 0, if it has one, then the full corpus from a step the run decides."""
-    examples = generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights)
-    tok_path = state_dir / "tokenizer.json"
-    if resume and tok_path.exists():
-        tokenizer = Tokenizer.from_file(str(tok_path))
-    else:
-        renderer = DialogueEncoder(None)  # type: ignore[arg-type]
-        tokenizer = train_tokenizer((renderer.render(e) for e in examples), run.data.vocab_size,
-                                    run.data.max_token_length)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(str(tok_path))
+    examples = training_corpus(run)
+    tokenizer = run_tokenizer(run, examples, state_dir, resume)
     encoder = DialogueEncoder(tokenizer)
 
     def encode(dialogues: list[Example]) -> list[Encoded]:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dlm.checkpoint import load_checkpoint
+from dlm.train.candidates import curriculum_loss, train_with_candidates
 from dlm.train.config import CurriculumConfig, from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
@@ -106,6 +107,22 @@ def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int, until_l
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_candidates_carry_on_the_seed_whose_curriculum_loss_is_lowest(tmp_path: Path) -> None:
+    config = tiny_run(tmp_path / "picked", steps=12, curriculum_steps=6)
+    config["curriculum"]["candidates"] = 2
+    picked = train_with_candidates(from_dict(config), progress=False)
+    candidates = tmp_path / "picked" / "state" / "candidates"
+    losses = {seed: curriculum_loss(candidates / f"seed-{seed}" / "state.pt", window=3) for seed in (0, 1)}
+    assert losses[0] != losses[1]
+    best = min(losses, key=losses.__getitem__)
+    # carrying the best candidate on is exactly training its seed from the start
+    plain = tiny_run(tmp_path / "plain", steps=12, curriculum_steps=6)
+    plain["train"]["seed"] = best
+    straight = train(from_dict(plain), progress=False)
+    assert picked.steps == 12 and picked.losses == straight.losses
+    assert straight.losses[:6] != torch.load(candidates / f"seed-{1 - best}" / "state.pt")["losses"][:6]
+
+
 def test_the_learning_rate_decays_by_the_clock_when_the_time_limit_comes_first() -> None:
     run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "lr": 1e-3, "min_lr_ratio": 0.1,
                                "max_minutes": 10.0}})
@@ -144,6 +161,8 @@ def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_th
 def test_a_curriculum_without_intents_is_refused() -> None:
     with pytest.raises(ValueError, match=r"\[curriculum\] steps needs intents"):
         from_dict({"curriculum": {"steps": 100}})
+    with pytest.raises(ValueError, match=r"candidates must be >= 1, and more than one needs steps"):
+        from_dict({"curriculum": {"intents": ["repeat"], "candidates": 2}})
     with pytest.raises(ValueError, match=r"until_loss needs steps"):
         from_dict({"curriculum": {"intents": ["repeat"], "until_loss": 1.0}})
     with pytest.raises(ValueError, match=r"loss_window >= 1"):
