@@ -1,12 +1,13 @@
 """Run the copying curriculum for several seeds side by side and train on with the one whose copying emerged.
 
 Copying is learned in a sudden phase change whose timing varies with the seed and even with the
-floating-point order: of two runs of the same config, one copies by the end of the curriculum and scores
-about twice the other's tool-call exact match (README). The curriculum is short (a few minutes on one
-core), so with `[curriculum] candidates = N` the run trains it for seeds seed, seed + 1, ... in N processes
-of one thread each, keeps the seed whose curriculum loss (the mean over its last `loss_window` curriculum
-steps) is lowest, and continues that seed's state on the full corpus with all of `[train] threads`. The
-losers' states stay in `state_dir/candidates` for inspection.
+floating-point order (README: runs of one config whose curriculum loss had not dropped by the switch to the
+full mix scored a fraction of those where it had). The curriculum takes minutes on one core, so with
+`[curriculum] candidates = N` the run trains it for seeds seed, seed + 1, ... in N processes of one thread
+each. With `until_loss` they race: the first whose curriculum ends on its loss wins and the others stop;
+without it, or when none gets there within `steps`, the lowest curriculum loss (the mean over the last
+`loss_window` curriculum steps) wins. The winner's state then trains on the full corpus with all of
+`[train] threads`. The others' states stay in `state_dir/candidates` for inspection.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import shutil
-from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.connection import wait
 from pathlib import Path
 
 import torch
@@ -49,7 +50,37 @@ def continuing(run: RunConfig, state_path: Path) -> RunConfig:
 
 
 def _run_curriculum(run: RunConfig, progress: bool) -> None:
-    train(run, resume=True, progress=progress, stop_after=run.curriculum.steps)
+    train(run, resume=True, progress=progress, curriculum_only=True)
+
+
+def race(candidates: list[RunConfig], progress: bool) -> dict[int, float]:
+    """Curriculum loss by seed. With `until_loss`, the first candidate whose curriculum ends on its loss wins
+    and the rest are stopped (their losses are left out); otherwise all run every curriculum step."""
+    context = multiprocessing.get_context("spawn")
+    running = {}
+    for index, candidate in enumerate(candidates):
+        process = context.Process(target=_run_curriculum, args=(candidate, progress and index == 0))
+        process.start()
+        running[process.sentinel] = (process, candidate)
+    losses: dict[int, float] = {}
+    try:
+        while running:
+            for sentinel in wait(list(running)):
+                process, candidate = running.pop(sentinel)
+                process.join()
+                if process.exitcode != 0:
+                    raise RuntimeError(f"the curriculum of seed {candidate.train.seed} failed "
+                                       f"(exit code {process.exitcode})")
+                state_path = Path(candidate.train.state_dir) / "state.pt"
+                curriculum = candidate.curriculum
+                losses[candidate.train.seed] = curriculum_loss(state_path, curriculum.loss_window)
+                if curriculum.until_loss and losses[candidate.train.seed] < curriculum.until_loss:
+                    return {candidate.train.seed: losses[candidate.train.seed]}
+    finally:
+        for process, _ in running.values():
+            process.terminate()
+            process.join()
+    return losses
 
 
 def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool = True,
@@ -66,10 +97,7 @@ def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool =
         shutil.copy(state_dir / "tokenizer.json", Path(candidate.train.state_dir) / "tokenizer.json")
     seeds = ", ".join(str(c.train.seed) for c in candidates)
     print(f"the curriculum runs for seeds {seeds} side by side, one core each (the bar follows the first)")
-    with ProcessPoolExecutor(len(candidates), mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_run_curriculum, candidates, [progress and i == 0 for i in range(len(candidates))]))
-    losses = {c.train.seed: curriculum_loss(Path(c.train.state_dir) / "state.pt", run.curriculum.loss_window)
-              for c in candidates}
+    losses = race(candidates, progress)
     best = min(losses, key=losses.__getitem__)
     print("curriculum loss by seed: " + ", ".join(f"{seed}: {loss:.3f}" for seed, loss in losses.items())
           + f"; seed {best} trains on")

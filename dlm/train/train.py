@@ -205,9 +205,11 @@ def write_generation_config(cfg: ModelConfig, tokenizer: Tokenizer, out_dir: Pat
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
 
 
-def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_after: int | None = None) -> TrainResult:
-    """Run (or, with `resume`, continue) training; `stop_after` ends this session early at that step, saving
-    the state so a later `resume` carries on as if never interrupted."""
+def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_after: int | None = None,
+          curriculum_only: bool = False) -> TrainResult:
+    """Run (or, with `resume`, continue) training; `stop_after` ends this session early at that step, and
+    `curriculum_only` when the curriculum ends, saving the state so a later `resume` carries on as if never
+    interrupted."""
     opt_cfg = run.train
     torch.set_num_threads(opt_cfg.threads)
     state_dir, out_dir = Path(opt_cfg.state_dir), Path(opt_cfg.out_dir)
@@ -254,22 +256,26 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         optimizer.step()
         step += 1
         losses.append(loss.item())
+        curriculum_ended = False
         if source.phases[-1].first_step is None and (why := curriculum_over(run.curriculum, losses, step)):
             source.begin(len(source.phases) - 1, step)
             tqdm.write(f"the curriculum ends at step {step}: {why}")
+            curriculum_ended = True
         tokens_seen += batch.tokens
         elapsed = time.monotonic() - started
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
                         block=block_size, corpus=source.phases[source.phase_index(step - 1)].name)
         out_of_time = spent + elapsed > opt_cfg.max_minutes * 60
-        if step % opt_cfg.checkpoint_every == 0 or step == last or out_of_time:
+        stopping = out_of_time or (curriculum_only and curriculum_ended)
+        if step % opt_cfg.checkpoint_every == 0 or step == last or stopping:
             state_dir.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                         "losses": losses, "phase_starts": source.starts(), "seconds": spent + elapsed,
                         "config": run.as_dict()}, state_path)
         if out_of_time:
             tqdm.write(f"stopping at step {step}: over max_minutes={opt_cfg.max_minutes}")
+        if stopping:
             break
     bar.close()
     model.eval()

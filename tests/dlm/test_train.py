@@ -123,6 +123,18 @@ def test_candidates_carry_on_the_seed_whose_curriculum_loss_is_lowest(tmp_path: 
     assert straight.losses[:6] != torch.load(candidates / f"seed-{1 - best}" / "state.pt")["losses"][:6]
 
 
+def test_with_until_loss_the_first_candidate_under_it_wins(tmp_path: Path) -> None:
+    # any loss is under 99 once the 3-step window is full: whichever candidate gets there first carries on
+    config = tiny_run(tmp_path, steps=8, curriculum_steps=6, until_loss=99.0)
+    config["curriculum"]["candidates"] = 2
+    picked = train_with_candidates(from_dict(config), progress=False)
+    state = torch.load(tmp_path / "state" / "state.pt")
+    winner = state["config"]["train"]["seed"]
+    assert picked.phase_starts[-1] == 3 and picked.steps == 8
+    raced = torch.load(tmp_path / "state" / "candidates" / f"seed-{winner}" / "state.pt")
+    assert raced["step"] == 3 and state["losses"][:3] == raced["losses"]
+
+
 def test_the_learning_rate_decays_by_the_clock_when_the_time_limit_comes_first() -> None:
     run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "lr": 1e-3, "min_lr_ratio": 0.1,
                                "max_minutes": 10.0}})
