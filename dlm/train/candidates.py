@@ -12,9 +12,12 @@ without it, or when none gets there within `steps`, the lowest curriculum loss (
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import multiprocessing
+import os
 import shutil
+import signal
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -50,7 +53,9 @@ def continuing(run: RunConfig, state_path: Path) -> RunConfig:
 
 
 def _run_curriculum(run: RunConfig, progress: bool) -> None:
-    train(run, resume=True, progress=progress, curriculum_only=True)
+    # another candidate winning the race interrupts this one: exit cleanly, releasing what it holds
+    with contextlib.suppress(KeyboardInterrupt):
+        train(run, resume=True, progress=progress, curriculum_only=True)
 
 
 def race(candidates: list[RunConfig], progress: bool) -> dict[int, float]:
@@ -78,8 +83,11 @@ def race(candidates: list[RunConfig], progress: bool) -> dict[int, float]:
                     return {candidate.train.seed: losses[candidate.train.seed]}
     finally:
         for process, _ in running.values():
-            process.terminate()
-            process.join()
+            os.kill(process.pid, signal.SIGINT)
+            process.join(timeout=60)
+            if process.is_alive():
+                process.terminate()
+                process.join()
     return losses
 
 
