@@ -4,9 +4,9 @@ Copying is learned in a sudden phase change whose timing varies with the seed an
 floating-point order (README: runs of one config whose curriculum loss had not dropped by the switch to the
 full mix scored a fraction of those where it had). The curriculum takes minutes on one core, so with
 `[curriculum] candidates = N` the run trains it for seeds seed, seed + 1, ... in N processes of one thread
-each. With `until_loss` they race: the first whose curriculum ends on its loss wins and the others are interrupted;
-without it, or when none gets there within `steps`, the lowest curriculum loss (the mean over the last
-`loss_window` curriculum steps) wins. The winner's state then trains on the full corpus with all of
+each. With `until_loss` they race: the first whose curriculum ends on its loss wins and the others are
+interrupted; without it, or when none gets there within `steps`, the lowest curriculum loss (the mean over
+the last `loss_window` curriculum steps) wins. The winner's state then trains on the full corpus with all of
 `[train] threads`. The others' states stay in `state_dir/candidates` for inspection.
 """
 
