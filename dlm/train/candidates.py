@@ -45,10 +45,10 @@ def curriculum_loss(state_path: Path, window: int) -> float:
     return sum(losses) / len(losses)
 
 
-def continuing(run: RunConfig, state_path: Path) -> RunConfig:
-    """`run` with the seed of the candidate whose state was carried on to `state_path`."""
+def with_seed(run: RunConfig, seed: int) -> RunConfig:
+    """`run` as the candidate of `seed` carries it on: the run's own state and threads, that seed's batches."""
     chosen = copy.deepcopy(run)
-    chosen.train.seed = torch.load(state_path, weights_only=False)["config"]["train"]["seed"]
+    chosen.train.seed = seed
     return chosen
 
 
@@ -96,8 +96,9 @@ def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool =
     """`train`, with the curriculum run by `run.curriculum.candidates` seeds and the best one carried on."""
     state_dir = Path(run.train.state_dir)
     state_path = state_dir / "state.pt"
-    if resume and state_path.exists():  # the choice was made in an earlier session
-        return train(continuing(run, state_path), resume=True, progress=progress, stop_after=stop_after)
+    if resume and state_path.exists():  # the choice was made in an earlier session; its state holds the seed
+        seed = torch.load(state_path, weights_only=False)["config"]["train"]["seed"]
+        return train(with_seed(run, seed), resume=True, progress=progress, stop_after=stop_after)
     run_tokenizer(run, training_corpus(run), state_dir, resume)  # one tokenizer, shared by every candidate
     candidates = [candidate_run(run, index) for index in range(run.curriculum.candidates)]
     for candidate in candidates:
@@ -111,4 +112,4 @@ def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool =
           + f"; seed {best} trains on")
     winner = next(c for c in candidates if c.train.seed == best)
     shutil.copy(Path(winner.train.state_dir) / "state.pt", state_path)
-    return train(continuing(run, state_path), resume=True, progress=progress, stop_after=stop_after)
+    return train(with_seed(run, best), resume=True, progress=progress, stop_after=stop_after)

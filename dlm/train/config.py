@@ -64,14 +64,15 @@ class CurriculumConfig:
     minutes and the full mix, where copies are diluted, does not reach in a whole run. When that change comes
     varies from seed to seed, so the curriculum can end on its loss (`until_loss`: the mean over its last
     `loss_window` steps falls below it) rather than at a fixed step; `steps` is then its most. With
-    `candidates` > 1 that many seeds run it side by side and the lowest loss carries on (dlm.train.candidates)."""
+    `candidates` > 1 that many seeds run it side by side, and the first to reach `until_loss` (or, failing
+    that, the lowest loss) carries on (dlm.train.candidates)."""
 
     intents: list[str] = field(default_factory=list)
     steps: int = 0
     examples: int = 8000
     until_loss: float = 0.0  # 0: always run all `steps`
     loss_window: int = 100
-    candidates: int = 1  # seeds that run the curriculum side by side, one core each; the lowest loss goes on
+    candidates: int = 1  # seeds that run the curriculum side by side, one core each; the best goes on
 
 
 @dataclass

@@ -236,7 +236,11 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
     last = min(opt_cfg.steps, stop_after or opt_cfg.steps)
-    while step < last:
+
+    def curriculum_only_and_over() -> bool:
+        return curriculum_only and source.phases[-1].first_step is not None
+
+    while step < last and not curriculum_only_and_over():
         step_rng = random.Random(f"{opt_cfg.seed}:step{step}")
         block_size = step_rng.choice(opt_cfg.block_sizes)
         gen = torch.Generator().manual_seed(opt_cfg.seed * 1_000_003 + step)
@@ -256,18 +260,16 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         optimizer.step()
         step += 1
         losses.append(loss.item())
-        curriculum_ended = False
         if source.phases[-1].first_step is None and (why := curriculum_over(run.curriculum, losses, step)):
             source.begin(len(source.phases) - 1, step)
             tqdm.write(f"the curriculum ends at step {step}: {why}")
-            curriculum_ended = True
         tokens_seen += batch.tokens
         elapsed = time.monotonic() - started
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
                         block=block_size, corpus=source.phases[source.phase_index(step - 1)].name)
         out_of_time = spent + elapsed > opt_cfg.max_minutes * 60
-        stopping = out_of_time or (curriculum_only and curriculum_ended)
+        stopping = out_of_time or curriculum_only_and_over()
         if step % opt_cfg.checkpoint_every == 0 or step == last or stopping:
             state_dir.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,

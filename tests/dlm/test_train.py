@@ -135,6 +135,13 @@ def test_with_until_loss_the_first_candidate_under_it_wins(tmp_path: Path) -> No
     assert raced["step"] == 3 and state["losses"][:3] == raced["losses"]
 
 
+def test_curriculum_only_stops_where_the_curriculum_ends_and_a_resume_goes_no_further(tmp_path: Path) -> None:
+    run = from_dict(tiny_run(tmp_path, steps=40, curriculum_steps=4))
+    first = train(run, progress=False, curriculum_only=True)
+    again = train(run, resume=True, progress=False, curriculum_only=True)
+    assert first.steps == again.steps == 4 and first.phase_starts == [0, 4]
+
+
 def test_the_learning_rate_decays_by_the_clock_when_the_time_limit_comes_first() -> None:
     run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "lr": 1e-3, "min_lr_ratio": 0.1,
                                "max_minutes": 10.0}})
