@@ -218,6 +218,9 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     cfg = model_config(run, tokenizer)
     model = Transformer(cfg)
     init_weights(model, opt_cfg.seed)
+    if opt_cfg.compile:
+        for layer in model.model.layers:
+            layer.compile(dynamic=True)  # shapes vary with every batch: one graph for all of them
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg.weight_decay},

@@ -88,6 +88,17 @@ def test_tiny_run_learns_and_exports_a_loadable_checkpoint(tmp_path: Path) -> No
         assert (result.out_dir / name).exists()
 
 
+def test_a_compiled_run_trains_as_the_eager_one_does(tmp_path: Path) -> None:
+    # the same batches, masks and init: compiled layers may only reorder floating-point sums
+    eager = train(from_dict(tiny_run(tmp_path / "eager", steps=6)), progress=False)
+    config = tiny_run(tmp_path / "compiled", steps=6)
+    config["train"]["compile"] = True
+    compiled = train(from_dict(config), progress=False)
+    assert compiled.losses == pytest.approx(eager.losses, rel=1e-3)
+    model, _ = load_checkpoint(compiled.out_dir)
+    assert model.cfg.num_layers == 1
+
+
 @pytest.mark.parametrize(("curriculum_steps", "until_loss", "switch"), [(0, 0.0, 0), (4, 0.0, 4), (10, 99.0, 3)])
 def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int, until_loss: float, switch: int) -> None:
     # with a curriculum, the run stops after the switch to the full corpus and resumes in the new phase; when
