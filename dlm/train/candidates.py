@@ -105,7 +105,7 @@ def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool =
         Path(candidate.train.state_dir).mkdir(parents=True, exist_ok=True)
         shutil.copy(state_dir / "tokenizer.json", Path(candidate.train.state_dir) / "tokenizer.json")
     seeds = ", ".join(str(c.train.seed) for c in candidates)
-    print(f"the curriculum runs for seeds {seeds} side by side, one core each (the bar follows the first)")
+    print(f"the curriculum runs for seeds {seeds} side by side, one thread each (the bar follows the first)")
     losses = race(candidates, progress)
     best = min(losses, key=losses.__getitem__)
     print("curriculum loss by seed: " + ", ".join(f"{seed}: {loss:.3f}" for seed, loss in losses.items())

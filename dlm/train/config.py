@@ -74,7 +74,7 @@ class CurriculumConfig:
     examples: int = 8000
     until_loss: float = 0.0  # 0: always run all `steps`
     loss_window: int = 100
-    candidates: int = 1  # seeds that run the curriculum side by side, one core each; the best goes on
+    candidates: int = 1  # seeds that run the curriculum side by side, one thread each; the best goes on
 
 
 @dataclass

@@ -352,12 +352,39 @@ def pseudo_word(rng: random.Random) -> str:
     return "".join(syllables) + rng.choice(["", "ia", "land", "stan", "ora", "n", "r"])
 
 
+ONSETS = ["bl", "br", "cl", "cr", "dr", "fl", "fr", "gr", "pl", "pr", "sk", "sl", "sp", "st", "tr", "sh", "ch",
+          "th", "gh", "kn", "wh", "qu", "sw", "ph"]
+NUCLEI = ["ai", "ea", "ee", "ie", "oa", "ou", "ia", "io", "au", "y"]
+CODAS = ["n", "r", "l", "s", "t", "k", "m", "nd", "rk", "st", "ng", "sh", "ck", "x", "ld", "rt", "mb", "nt"]
+
+
+def varied_word(rng: random.Random) -> str:
+    """A made-up word from a wider sound inventory than `pseudo_word`'s (clusters, digraphs, closed
+    syllables), so the token pieces real names are cut into ("den|mar|k", "gh|ana") turn up in copy and
+    spelling practice, not only the consonant-vowel pieces of the plain kind."""
+    def syllable() -> str:
+        onset = rng.choice(ONSETS) if rng.random() < 0.3 else rng.choice("bcdfghjklmnprstvwz")
+        nucleus = rng.choice(NUCLEI) if rng.random() < 0.25 else rng.choice("aeiou")
+        return onset + nucleus + (rng.choice(CODAS) if rng.random() < 0.35 else "")
+    return "".join(syllable() for _ in range(rng.randint(1, 3))) + rng.choice(["", "ia", "land", "stan", "a", "y"])
+
+
+def made_up_word(ctx: Context) -> str:
+    """Training draws varied made-up words, never a real country or list word (held-out ones must stay
+    unseen); held-out keeps the plain kind, so its sample stays as it was."""
+    if ctx.split != "train":
+        return pseudo_word(ctx.rng)
+    while (word := varied_word(ctx.rng)) in CAPITALS or word in WORDS:
+        pass
+    return word
+
+
 def _country(ctx: Context) -> str:
     draw = ctx.rng.random()
     if draw < 0.03:
         return ctx.choice(UNKNOWN_COUNTRIES)
     if draw < 0.35:
-        name = pseudo_word(ctx.rng)
+        name = made_up_word(ctx)
         return name if name not in CAPITALS else ctx.choice(UNKNOWN_COUNTRIES)
     return ctx.value(lambda r: r.choice(sorted(CAPITALS)), key=lambda c: f"country:{c}")
 
@@ -382,12 +409,18 @@ WORDS = ["necessary", "because", "beautiful", "different", "favorite", "restaura
 SPELL_ASKS = ["how do you spell {w}", "spell {w}", "can you spell {w} for me", "what's the spelling of {w}",
               "how is {w} spelled", "spell the word {w}", "how do i spell {w}", "i need the spelling of {w}",
               "spell out {w}", "could you spell {w}", "tell me how {w} is spelled"]
+MADE_UP_SPELLINGS = 0.4
 SPELL_AGAIN = ["can you spell that again", "say that again", "one more time please", "again please",
                "spell it again"]
 
 
 def spelling(ctx: Context) -> tuple[Call, Facts]:
-    word = ctx.value(lambda r: r.choice(sorted(set(WORDS))), key=lambda w: f"spell:{w}")
+    """Training also spells made-up words (MADE_UP_SPELLINGS of the time): the letters of many more token pieces
+    than the word list's, which spelling a held-out word is made of."""
+    if ctx.split == "train" and ctx.rng.random() < MADE_UP_SPELLINGS:
+        word = made_up_word(ctx)
+    else:
+        word = ctx.value(lambda r: r.choice(sorted(set(WORDS))), key=lambda w: f"spell:{w}")
     ask(ctx, ctx.template(SPELL_ASKS).format(w=word))
     letters = ", ".join(word)
     ctx.say(ctx.choice(["{w} is spelled {s}.", "it's spelled {s}.", "{s}."]).format(w=word, s=letters))
@@ -407,7 +440,7 @@ def _heard_phrase(ctx: Context) -> str:
     def item() -> str:
         kind = ctx.rng.random()
         if kind < 0.35:
-            return pseudo_word(ctx.rng)
+            return made_up_word(ctx)
         if kind < 0.6:
             return spoken(ctx, ctx.rng.randint(0, 999))
         if kind < 0.8:  # drawn by the same keys as the capital and spelling intents: held-out stays unseen

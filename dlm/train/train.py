@@ -21,10 +21,10 @@ from tqdm import tqdm
 from dlm.checkpoint import save_checkpoint
 from dlm.config import ModelConfig
 from dlm.model import Transformer
-from dlm.train.config import CurriculumConfig, RunConfig
+from dlm.train.config import CurriculumConfig, OptimConfig, RunConfig
 from dlm.train.data import Example, generate
 from dlm.train.encode import DialogueEncoder, Encoded
-from dlm.train.objective import diffusion_loss, make_batch
+from dlm.train.objective import Batch, diffusion_loss, make_batch
 from dlm.train.tokenizer import IM_END, MASK, PAD, save_tokenizer, train_tokenizer
 
 
@@ -71,6 +71,33 @@ def init_weights(model: Transformer, seed: int) -> None:
                 param.fill_(1.0)
 
 
+def build_model(run: RunConfig, tokenizer: Tokenizer, compile_layers: bool = False) -> Transformer:
+    """A freshly initialised model of the run's shape; `compile_layers` torch.compiles each decoder layer
+    (shapes vary with every batch, so dynamically: one graph serves them all)."""
+    model = Transformer(model_config(run, tokenizer))
+    init_weights(model, run.train.seed)
+    if compile_layers:
+        for layer in model.model.layers:
+            layer.compile(dynamic=True)
+    return model
+
+
+def new_optimizer(model: Transformer, opt_cfg: OptimConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms' gains)."""
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=opt_cfg.lr, betas=(0.9, 0.95))
+
+
+def training_batch(items: list[Encoded], block_size: int, cfg: ModelConfig, tokenizer: Tokenizer,
+                   opt_cfg: OptimConfig, seed: int) -> Batch:
+    """The block-diffusion batch of `items` with the run's masking settings, its masks drawn from `seed`."""
+    return make_batch(items, block_size, cfg.mask_token_id, tokenizer.token_to_id(PAD), opt_cfg.mask_eps,
+                      opt_cfg.loss_weighting == "inverse_t", torch.Generator().manual_seed(seed),
+                      opt_cfg.complementary_masks)
+
+
 class Phase(NamedTuple):
     """A stretch of the run, from `first_step` on, that draws its batches from one corpus; a phase whose
     start depends on how training goes has `first_step` None until the run begins it."""
@@ -97,18 +124,23 @@ def run_tokenizer(run: RunConfig, examples: list[Example], state_dir: Path, resu
     return tokenizer
 
 
-def prepare_data(run: RunConfig, state_dir: Path, resume: bool) -> tuple[Tokenizer, list[Phase]]:
+def prepare_data(run: RunConfig, state_dir: Path, resume: bool,
+                 curriculum_only: bool = False) -> tuple[Tokenizer, list[Phase]]:
     """The tokenizer (reloaded when resuming, trained on the full corpus otherwise) and the run's phases:
-    the curriculum's corpus from step 0, if it has one, then the full corpus from a step the run decides."""
-    examples = training_corpus(run)
+    the curriculum's corpus from step 0, if it has one, then the full corpus from a step the run decides.
+    A `curriculum_only` session never draws from the full corpus, so its phase is left empty (not encoded:
+    half a minute of one core saved for each candidate racing through the curriculum)."""
+    curriculum = run.curriculum
+    skip_full = curriculum_only and curriculum.steps > 0
+    reuse_tokenizer = resume and (state_dir / "tokenizer.json").exists()
+    examples = [] if skip_full and reuse_tokenizer else training_corpus(run)
     tokenizer = run_tokenizer(run, examples, state_dir, resume)
     encoder = DialogueEncoder(tokenizer)
 
     def encode(dialogues: list[Example]) -> list[Encoded]:
         return [enc for enc in map(encoder.encode, dialogues) if len(enc.ids) <= run.data.max_length]
 
-    curriculum = run.curriculum
-    full = Phase("full", None if curriculum.steps else 0, encode(examples))
+    full = Phase("full", None if curriculum.steps else 0, [] if skip_full else encode(examples))
     if not curriculum.steps:
         return tokenizer, [full]
     opening = generate("train", curriculum.examples, run.data.seed, curriculum.intents)
@@ -135,7 +167,8 @@ class BatchSource:
 
     def __init__(self, phases: list[Phase], batch_size: int, seed: int):
         for phase in phases:
-            if len(phase.corpus) < batch_size:
+            placeholder = phase.first_step is None and not phase.corpus  # a phase this session never reaches
+            if len(phase.corpus) < batch_size and not placeholder:
                 raise ValueError(f"a corpus of {len(phase.corpus)} dialogues (phase {phase.name}) "
                                  f"cannot fill a batch of {batch_size}")
         self.phases, self.batch_size, self.seed = list(phases), batch_size, seed
@@ -154,8 +187,10 @@ class BatchSource:
 
     def batch(self, step: int) -> list[Encoded]:
         index = self.phase_index(step)
-        _, first_step, corpus = self.phases[index]
+        name, first_step, corpus = self.phases[index]
         assert first_step is not None
+        if not corpus:
+            raise RuntimeError(f"phase {name} began, but its corpus was not loaded in this session")
         epoch, position = divmod(step - first_step, len(corpus) // self.batch_size)
         if self._cached[0] != (index, epoch):
             self._cached = ((index, epoch), batch_schedule(corpus, self.batch_size, f"{self.seed}:{index}", epoch))
@@ -214,17 +249,10 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     torch.set_num_threads(opt_cfg.threads)
     state_dir, out_dir = Path(opt_cfg.state_dir), Path(opt_cfg.out_dir)
     state_path = state_dir / "state.pt"
-    tokenizer, phases = prepare_data(run, state_dir, resume)
-    cfg = model_config(run, tokenizer)
-    model = Transformer(cfg)
-    init_weights(model, opt_cfg.seed)
-    if opt_cfg.compile:
-        for layer in model.model.layers:
-            layer.compile(dynamic=True)  # shapes vary with every batch: one graph for all of them
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=opt_cfg.lr, betas=(0.9, 0.95))
+    tokenizer, phases = prepare_data(run, state_dir, resume, curriculum_only)
+    model = build_model(run, tokenizer, opt_cfg.compile)
+    cfg = model.cfg
+    optimizer = new_optimizer(model, opt_cfg)
     step, losses, spent = 0, [], 0.0  # spent: training seconds of earlier sessions of this run
     source = BatchSource(phases, opt_cfg.batch_size, opt_cfg.seed)
     if resume and state_path.exists():
@@ -246,10 +274,8 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     while step < last and not curriculum_only_and_over():
         step_rng = random.Random(f"{opt_cfg.seed}:step{step}")
         block_size = step_rng.choice(opt_cfg.block_sizes)
-        gen = torch.Generator().manual_seed(opt_cfg.seed * 1_000_003 + step)
-        batch = make_batch(source.batch(step), block_size, cfg.mask_token_id,
-                           tokenizer.token_to_id(PAD), opt_cfg.mask_eps,
-                           opt_cfg.loss_weighting == "inverse_t", gen, opt_cfg.complementary_masks)
+        batch = training_batch(source.batch(step), block_size, cfg, tokenizer, opt_cfg,
+                               seed=opt_cfg.seed * 1_000_003 + step)
         if len(batch.labels) == 0:
             step += 1
             continue

@@ -30,6 +30,7 @@ from dlm.train.intents import (
     FOLLOW,
     LABEL_ASKS,
     LIST_ASKS,
+    ONSETS,
     POWERS,
     REFUSALS,
     REPEAT_ASKS,
@@ -37,6 +38,7 @@ from dlm.train.intents import (
     SPELL_ASKS,
     TIME_ASKS,
     TIMER_ASKS,
+    WORDS,
 )
 from dlm.train.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
 
@@ -105,6 +107,17 @@ def test_heldout_values_never_occur_in_training() -> None:
     assert set(held) == {"calculator", "convert_units", "country_capital", "set_timer", "spelling"}
     for name, values in held.items():
         assert values and not values & train[name], name
+
+
+def test_training_also_spells_made_up_words_and_heldout_spells_only_listed_ones() -> None:
+    def spelled(split: str) -> set[str]:
+        return {example.facts[0].replace(", ", "") for example in generate(split, 800, 3, intents=["spelling"])}
+
+    listed = set(WORDS)
+    made_up = spelled("train") - listed
+    assert len(made_up) > 200 and not made_up & set(CAPITALS)
+    assert any(onset in word for word in made_up for onset in ONSETS)  # the varied inventory, not only CV
+    assert spelled("heldout") <= listed
 
 
 def test_every_tool_call_fits_the_schema_and_every_result_is_json() -> None:

@@ -12,7 +12,7 @@ from dlm.train.candidates import curriculum_loss, train_with_candidates
 from dlm.train.config import CurriculumConfig, from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
-from dlm.train.train import BatchSource, Phase, curriculum_over, learning_rate, train
+from dlm.train.train import BatchSource, Phase, curriculum_over, learning_rate, prepare_data, train
 
 MASK, PAD = 3, 0
 
@@ -151,6 +151,19 @@ def test_curriculum_only_stops_where_the_curriculum_ends_and_a_resume_goes_no_fu
     first = train(run, progress=False, curriculum_only=True)
     again = train(run, resume=True, progress=False, curriculum_only=True)
     assert first.steps == again.steps == 4 and first.phase_starts == [0, 4]
+
+
+def test_a_curriculum_only_session_leaves_the_full_corpus_unencoded(tmp_path: Path) -> None:
+    run = from_dict(tiny_run(tmp_path, steps=40, curriculum_steps=4))
+    train(run, progress=False, curriculum_only=True)  # trains and saves the tokenizer the candidates share
+    _, phases = prepare_data(run, tmp_path / "state", resume=True, curriculum_only=True)
+    assert phases[0].corpus and phases[1].corpus == [] and phases[1].first_step is None
+    source = BatchSource(phases, 8, seed=0)  # an empty phase no step reaches is allowed...
+    source.begin(1, 4)
+    with pytest.raises(RuntimeError, match="not loaded"):  # ...and says so if one does
+        source.batch(4)
+    _, full = prepare_data(run, tmp_path / "state", resume=True)
+    assert len(full[1].corpus) > 100
 
 
 def test_the_learning_rate_decays_by_the_clock_when_the_time_limit_comes_first() -> None:

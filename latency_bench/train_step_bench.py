@@ -1,0 +1,83 @@
+"""Training step time, eager against `[train] compile = true`, on the same batches of a run config's shape.
+
+The demo checkpoint's quality is bounded by how many steps fit in its 30-minute budget on a 2-core CPU, so
+a faster step is more model. Both modes train a fresh model from the same init on the same batches (one
+block size per step, as training draws them), alternating eager and compiled steps so that a noisy machine
+slows both alike; the compiled mode's first steps, where it compiles, are reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from dlm.train.config import RunConfig, load_run_config
+from dlm.train.encode import Encoded
+from dlm.train.objective import diffusion_loss
+from dlm.train.train import BatchSource, build_model, new_optimizer, prepare_data, training_batch
+
+WARMUP_STEPS = 10  # the compiled mode compiles in these (a recompile per new kind of shape)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default="configs/demo.toml", help="run config whose shape is timed")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per mode after the warm-up")
+    parser.add_argument("--examples", type=int, default=3000, help="dialogues the batches are drawn from")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+
+
+class Trainer:
+    """A model of the run's shape, its optimizer, and one timed training step."""
+
+    def __init__(self, run: RunConfig, tokenizer: Tokenizer, compiled: bool):
+        self.run, self.tokenizer = run, tokenizer
+        self.model = build_model(run, tokenizer, compiled)
+        self.optimizer = new_optimizer(self.model, run.train)
+
+    def step(self, items: list[Encoded], block_size: int, seed: int) -> float:
+        batch = training_batch(items, block_size, self.model.cfg, self.tokenizer, self.run.train, seed)
+        started = time.perf_counter()
+        loss = diffusion_loss(self.model, batch, len(batch.labels))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return time.perf_counter() - started
+
+
+def run(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    run_cfg = load_run_config(args.config)
+    run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, train_examples=args.examples),
+                                  curriculum=dataclasses.replace(run_cfg.curriculum, steps=0))
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer, phases = prepare_data(run_cfg, Path(tmp), resume=False)
+    source = BatchSource(phases, run_cfg.train.batch_size, run_cfg.train.seed)
+    trainers = {"eager": Trainer(run_cfg, tokenizer, False), "compiled": Trainer(run_cfg, tokenizer, True)}
+    times: dict[str, list[float]] = {name: [] for name in trainers}
+    sizes = run_cfg.train.block_sizes
+    for step in range(WARMUP_STEPS + args.steps):
+        items, block_size = source.batch(step), sizes[step % len(sizes)]
+        for name, trainer in trainers.items():
+            times[name].append(trainer.step(items, block_size, step))
+    report = {"config": args.config, "threads": args.threads, "steps": args.steps}
+    for name, spent in times.items():
+        timed = spent[WARMUP_STEPS:]
+        report[name] = {"median_s": statistics.median(timed), "mean_s": statistics.fmean(timed),
+                        "warmup_s": sum(spent[:WARMUP_STEPS])}
+        print(f"{name:9s} median {report[name]['median_s'] * 1e3:6.0f} ms  mean {report[name]['mean_s'] * 1e3:6.0f} ms"
+              f"  first {WARMUP_STEPS} steps {report[name]['warmup_s']:5.1f} s")
+    report["speedup_median"] = report["eager"]["median_s"] / report["compiled"]["median_s"]
+    report["speedup_mean"] = report["eager"]["mean_s"] / report["compiled"]["mean_s"]
+    print(f"compiled is {report['speedup_median']:.2f}x eager by the median, {report['speedup_mean']:.2f}x by the mean")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
