@@ -49,6 +49,7 @@ class Trainer:
         loss = diffusion_loss(self.model, batch, len(batch.labels))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.run.train.grad_clip)
         self.optimizer.step()
         return time.perf_counter() - started
 

@@ -53,7 +53,7 @@ class OptimConfig:
     complementary_masks: bool = False  # a second noisy copy masking what the first left clean
     checkpoint_every: int = 200
     threads: int = 2
-    compile: bool = False  # torch.compile each decoder layer: about 20 s of compiling, then steps 1.23x as
+    compile: bool = False  # torch.compile each decoder layer: about 20 s of compiling, then steps 1.24x as
     # fast on the 2-core CPU (fused norms, RoPE and SwiGLU; `python -m latency_bench train-step`)
     max_minutes: float = 28.0  # training time (all sessions of a run) after which it stops, saved and exported,
     # and by which its learning rate has decayed (see train.learning_rate)
