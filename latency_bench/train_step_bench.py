@@ -21,8 +21,7 @@ from tokenizers import Tokenizer
 
 from dlm.train.config import RunConfig, load_run_config
 from dlm.train.encode import Encoded
-from dlm.train.objective import diffusion_loss
-from dlm.train.train import BatchSource, build_model, new_optimizer, prepare_data, training_batch
+from dlm.train.train import BatchSource, build_model, new_optimizer, optimise, prepare_data, training_batch
 
 WARMUP_STEPS = 10  # the compiled mode compiles in these (a recompile per new kind of shape)
 
@@ -46,11 +45,7 @@ class Trainer:
     def step(self, items: list[Encoded], block_size: int, seed: int) -> float:
         batch = training_batch(items, block_size, self.model.cfg, self.tokenizer, self.run.train, seed)
         started = time.perf_counter()
-        loss = diffusion_loss(self.model, batch, len(batch.labels))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.run.train.grad_clip)
-        self.optimizer.step()
+        optimise(self.model, self.optimizer, batch, self.run.train)
         return time.perf_counter() - started
 
 

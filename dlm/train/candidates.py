@@ -99,7 +99,7 @@ def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool =
     if resume and state_path.exists():  # the choice was made in an earlier session; its state holds the seed
         seed = torch.load(state_path, weights_only=False)["config"]["train"]["seed"]
         return train(with_seed(run, seed), resume=True, progress=progress, stop_after=stop_after)
-    run_tokenizer(run, training_corpus(run), state_dir, resume)  # one tokenizer, shared by every candidate
+    run_tokenizer(run, lambda: training_corpus(run), state_dir, resume)  # one tokenizer, shared by every candidate
     candidates = [candidate_run(run, index) for index in range(run.curriculum.candidates)]
     for candidate in candidates:
         Path(candidate.train.state_dir).mkdir(parents=True, exist_ok=True)

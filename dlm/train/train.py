@@ -6,10 +6,12 @@ so a resumed run continues exactly as an uninterrupted one would) and resumable 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -90,6 +92,17 @@ def new_optimizer(model: Transformer, opt_cfg: OptimConfig) -> torch.optim.AdamW
                               {"params": no_decay, "weight_decay": 0.0}], lr=opt_cfg.lr, betas=(0.9, 0.95))
 
 
+def optimise(model: Transformer, optimizer: torch.optim.Optimizer, batch: Batch, opt_cfg: OptimConfig) -> float:
+    """One optimiser step on `batch` (loss normalised as `loss_weighting` says, gradients clipped); its loss."""
+    normaliser = len(batch.labels) if opt_cfg.loss_weighting == "masked_mean" else batch.weights.numel()
+    loss = diffusion_loss(model, batch, normaliser)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), opt_cfg.grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
 def training_batch(items: list[Encoded], block_size: int, cfg: ModelConfig, tokenizer: Tokenizer,
                    opt_cfg: OptimConfig, seed: int) -> Batch:
     """The block-diffusion batch of `items` with the run's masking settings, its masks drawn from `seed`."""
@@ -111,13 +124,14 @@ def training_corpus(run: RunConfig) -> list[Example]:
     return generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights)
 
 
-def run_tokenizer(run: RunConfig, examples: list[Example], state_dir: Path, resume: bool) -> Tokenizer:
-    """The run's tokenizer: reloaded from state_dir when resuming, else trained on `examples` and saved there."""
+def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir: Path, resume: bool) -> Tokenizer:
+    """The run's tokenizer: reloaded from state_dir when resuming, else trained on `corpus()` (only called
+    then) and saved there."""
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
         return Tokenizer.from_file(str(tok_path))
     renderer = DialogueEncoder(None)  # type: ignore[arg-type]
-    tokenizer = train_tokenizer((renderer.render(e) for e in examples), run.data.vocab_size,
+    tokenizer = train_tokenizer((renderer.render(e) for e in corpus()), run.data.vocab_size,
                                 run.data.max_token_length)
     state_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(tok_path))
@@ -132,15 +146,14 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool,
     half a minute of one core saved for each candidate racing through the curriculum)."""
     curriculum = run.curriculum
     skip_full = curriculum_only and curriculum.steps > 0
-    reuse_tokenizer = resume and (state_dir / "tokenizer.json").exists()
-    examples = [] if skip_full and reuse_tokenizer else training_corpus(run)
-    tokenizer = run_tokenizer(run, examples, state_dir, resume)
+    corpus = functools.cache(lambda: training_corpus(run))  # generated once, and only if something needs it
+    tokenizer = run_tokenizer(run, corpus, state_dir, resume)
     encoder = DialogueEncoder(tokenizer)
 
     def encode(dialogues: list[Example]) -> list[Encoded]:
         return [enc for enc in map(encoder.encode, dialogues) if len(enc.ids) <= run.data.max_length]
 
-    full = Phase("full", None if curriculum.steps else 0, [] if skip_full else encode(examples))
+    full = Phase("full", None if curriculum.steps else 0, [] if skip_full else encode(corpus()))
     if not curriculum.steps:
         return tokenizer, [full]
     opening = generate("train", curriculum.examples, run.data.seed, curriculum.intents)
@@ -281,14 +294,8 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
             continue
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(run, step, spent + time.monotonic() - started)
-        normaliser = len(batch.labels) if opt_cfg.loss_weighting == "masked_mean" else batch.weights.numel()
-        loss = diffusion_loss(model, batch, normaliser)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), opt_cfg.grad_clip)
-        optimizer.step()
+        losses.append(optimise(model, optimizer, batch, opt_cfg))
         step += 1
-        losses.append(loss.item())
         if source.phases[-1].first_step is None and (why := curriculum_over(run.curriculum, losses, step)):
             source.begin(len(source.phases) - 1, step)
             tqdm.write(f"the curriculum ends at step {step}: {why}")
