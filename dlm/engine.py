@@ -30,7 +30,7 @@ from dlm.checkpoint import load_checkpoint
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
 from dlm.effort import Knobs, resolve
-from dlm.graphed_forward import graphs_enabled
+from dlm.graphed_forward import GraphedStatePool, graphs_enabled
 from dlm.model import Transformer
 from dlm.scheduler import Delivery, Job, Scheduler
 from dlm.session import Session
@@ -131,6 +131,8 @@ class Engine:
         self.device = torch.device(device) if device is not None else model.output_weight().device
         self.kernels = kernel_path(kernels, self.device)
         self.cuda_graphs = graphs_enabled(cuda_graphs, self.device)
+        # released sessions' graphed caches, so later conversations replay graphs captured by earlier ones
+        self.graph_pool = GraphedStatePool(self.model, self.kernels) if self.cuda_graphs else None
         self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
         self.trained_block_sizes = tuple(trained_block_sizes)
         # One thread for all model work; autograd off there, once (generators interleave on it), and the
@@ -230,6 +232,7 @@ class Engine:
         Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold, factor,
         passes_per_block, sub_block, temperature, top_p, top_k, seed, tools, stop_ids (extra stop ids).
         """
+        owned = session is None  # a session made for this call alone gives its cache back at the end
         knobs, session, run, steps = self._prepare(prompt, session, opts)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Delivery] = asyncio.Queue()
@@ -253,7 +256,7 @@ class Engine:
             raise
         finally:
             # On the worker, after any pass in flight: the generator is closed; a cancel frees the cache.
-            self.scheduler.cancel(job, session.release if cancelled else None)
+            self.scheduler.cancel(job, session.release if cancelled or owned else None)
             session.last_result = run.result()
 
     def _prepare(
@@ -270,6 +273,7 @@ class Engine:
     def generate(self, prompt: Prompt, session: Session | None = None,
                  on_piece: Callable[[str], None] | None = None, **opts: Any) -> GenerationResult:
         """Blocking generation (not from the model worker); ``on_piece`` sees each final text piece."""
+        owned = session is None
         knobs, session, run, steps = self._prepare(prompt, session, opts)
         inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
         job = Job(steps, inbox.put)
@@ -282,7 +286,7 @@ class Engine:
                 if piece and on_piece is not None:
                     on_piece(piece)
         finally:
-            self.scheduler.cancel(job)
+            self.scheduler.cancel(job, session.release if owned else None)
         session.last_result = run.result()
         return session.last_result
 

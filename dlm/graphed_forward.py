@@ -16,6 +16,8 @@ how the CPU tests check it against the eager forward.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 
@@ -111,3 +113,39 @@ class GraphedForward(CachedForward):
         logits = self._replay(torch.cat((pending, window)), pending.shape[0])
         self.record_commit(pending, None)
         return logits[pending.shape[0] + rows]
+
+
+class GraphedStatePool:
+    """Released graphed caches, kept for the next conversation of the same capacity.
+
+    A captured graph is bound to the memory of the cache it was captured with, so a session that got a
+    fresh cache would capture its graphs again (tens of ms, on its first block). Handing a released cache
+    and its graphs to the next session makes every conversation after the first replay graphs at once.
+    At most ``keep`` free caches per capacity are held; more are freed.
+    """
+
+    def __init__(self, model: Transformer, kernels: str, keep: int = 4) -> None:
+        self.model, self.kernels, self.keep = model, kernels, keep
+        self._free: dict[int, list[GraphedForward]] = {}
+        self._lock = threading.Lock()  # sessions may be released from any thread
+
+    def take(self, capacity: int, dtype: torch.dtype, device: torch.device) -> GraphedForward:
+        """An empty state of ``capacity`` positions: a released one (graphs kept) or a new one."""
+        with self._lock:
+            free = self._free.get(capacity)
+            state = free.pop() if free else None
+        if state is None:
+            return GraphedForward(self.model, KVCache(self.model.cfg, capacity, dtype=dtype, device=device), self.kernels)
+        state.truncate(0)
+        return state
+
+    def give(self, state: GraphedForward) -> None:
+        """Take back a state no session uses any more (its contents are dropped on the next ``take``)."""
+        with self._lock:
+            free = self._free.setdefault(state.cache.capacity, [])
+            if len(free) < self.keep and all(s is not state for s in free):
+                free.append(state)
+
+    def free_count(self, capacity: int) -> int:
+        with self._lock:
+            return len(self._free.get(capacity, ()))

@@ -68,14 +68,18 @@ class Session:
             self.capacity = min(ctx, max(needed, self.capacity, 2 * (self._state.cache.capacity if self._state else 0)))
             old = self._state
             model = self.engine.model
-            cache = KVCache(model.cfg, self.capacity, dtype=model.output_weight().dtype, device=self.engine.device)
-            fresh = (GraphedForward(model, cache, self.engine.kernels) if self.engine.cuda_graphs
-                     else CachedForward(model, cache))
+            dtype = model.output_weight().dtype
+            if self.engine.graph_pool is not None:
+                fresh: CachedForward = self.engine.graph_pool.take(self.capacity, dtype, self.engine.device)
+            else:
+                fresh = CachedForward(model, KVCache(model.cfg, self.capacity, dtype=dtype, device=self.engine.device))
             if old is not None:
                 n = old.cache.length
+                cache = fresh.cache
                 cache.k[:, :, :, :n], cache.v[:, :, :, :n] = old.cache.k[:, :, :, :n], old.cache.v[:, :, :, :n]
                 cache.length = n
                 fresh.tokens, fresh.ends, fresh.last_logits = old.tokens, old.ends, old.last_logits
+                self._give_back(old)
             self._state = fresh
         return self._state
 
@@ -107,7 +111,14 @@ class Session:
         return await loop.run_in_executor(self.engine.worker, self.prefill_now, list(token_ids))
 
     def release(self) -> None:
-        """Free the cache's memory; the session stays usable and starts empty."""
+        """Free the cache (a graphed one goes back to the engine's pool, its graphs kept for the next
+        session); the session stays usable and starts empty. Not while a generation runs on it."""
+        if self._state is not None:
+            self._give_back(self._state)
         self._state = None
+
+    def _give_back(self, state: CachedForward) -> None:
+        if isinstance(state, GraphedForward) and self.engine.graph_pool is not None:
+            self.engine.graph_pool.give(state)
 
     close = release

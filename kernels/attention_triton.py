@@ -104,32 +104,35 @@ def _block_partials_kernel(
 def _block_combine_kernel(
     o_part_ptr, m_part_ptr, l_part_ptr, out_ptr, so_b, so_n, so_h,
     H_KV, n_rows, group, n_splits, D,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
+    """One program per (batch, KV head, query row): the row's partial softmaxes over all splits, read as
+    ``[BLOCK_S, D]`` tiles, so even a single block's few rows spread over many SMs."""
     pid_bh = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    row = tl.program_id(1)
     b = pid_bh // H_KV
     h_kv = pid_bh % H_KV
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rs = tl.arange(0, BLOCK_S)
     rd = tl.arange(0, BLOCK_D)
-    row_ok = rm < n_rows
-    m_max = tl.full([BLOCK_M], NEG_BIG, tl.float32)
-    for s in range(0, n_splits):
-        m_s = tl.load(m_part_ptr + (pid_bh * n_splits + s) * n_rows + rm, mask=row_ok, other=NEG_BIG)
-        m_max = tl.maximum(m_max, m_s)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    l_tot = tl.zeros([BLOCK_M], tl.float32)
-    for s in range(0, n_splits):
-        part = (pid_bh * n_splits + s) * n_rows + rm
-        w = tl.exp2(tl.load(m_part_ptr + part, mask=row_ok, other=NEG_BIG) - m_max)
-        l_tot += w * tl.load(l_part_ptr + part, mask=row_ok, other=0.0)
-        o = tl.load(o_part_ptr + part[:, None] * BLOCK_D + rd[None, :], mask=row_ok[:, None], other=0.0)
-        acc += w[:, None] * o
-    out = acc / tl.where(l_tot > 0.0, l_tot, 1.0)[:, None]
-    h_q = h_kv * group + rm % group
-    o_off = b.to(tl.int64) * so_b + (rm // group) * so_n + h_q * so_h
-    tl.store(out_ptr + o_off[:, None] + rd[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & (rd < D)[None, :])
+    first = pid_bh * n_splits
+    m_max = tl.full([], NEG_BIG, tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        s_ok = s0 + rs < n_splits
+        m_s = tl.load(m_part_ptr + (first + s0 + rs) * n_rows + row, mask=s_ok, other=NEG_BIG)
+        m_max = tl.maximum(m_max, tl.max(m_s, 0))
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    l_tot = tl.full([], 0.0, tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        s_ok = s0 + rs < n_splits
+        part = (first + s0 + rs) * n_rows + row
+        w = tl.exp2(tl.load(m_part_ptr + part, mask=s_ok, other=NEG_BIG) - m_max)
+        l_tot += tl.sum(w * tl.load(l_part_ptr + part, mask=s_ok, other=0.0), 0)
+        o = tl.load(o_part_ptr + part[:, None] * BLOCK_D + rd[None, :], mask=s_ok[:, None], other=0.0)
+        acc += tl.sum(w[:, None] * o, 0)
+    out = acc / tl.where(l_tot > 0.0, l_tot, 1.0)
+    h_q = h_kv * group + row % group
+    o_off = b.to(tl.int64) * so_b + (row // group) * so_n + h_q * so_h
+    tl.store(out_ptr + o_off + rd, out.to(out_ptr.dtype.element_ty), mask=rd < D)
 
 
 @triton.jit
@@ -239,10 +242,10 @@ def block_attention(
         HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **_dot_options(q),
     )  # fmt: skip
     out = torch.empty_like(q) if out is None else out
-    _block_combine_kernel[(B * h_kv, m_tiles)](
+    _block_combine_kernel[(B * h_kv, n_rows)](
         o_part, m_part, l_part, out, out.stride(0), out.stride(1), out.stride(2),
         h_kv, n_rows, group, total_splits, D,
-        BLOCK_M=block_m, BLOCK_D=block_d,
+        BLOCK_S=min(32, triton.next_power_of_2(total_splits)), BLOCK_D=block_d,
     )  # fmt: skip
     return out
 

@@ -93,8 +93,9 @@ def commit_ref(
     passes = m & ((c > threshold) if strict else (c >= threshold))
     fallback = torch.argmax(torch.where(m, c, torch.full_like(c, -1.0)), dim=-1)
     need = (passes.sum(-1) == 0) & m.any(-1)
-    one_hot = torch.zeros_like(passes)
-    one_hot[torch.arange(c.shape[0], device=c.device), fallback] = True
+    # scatter_ with a Python scalar, not an indexed assignment: that copies the value from the host,
+    # which CUDA-graph capture forbids
+    one_hot = torch.zeros_like(passes).scatter_(1, fallback[:, None], True)
     commit = passes | (one_hot & need[:, None])
     i.copy_(torch.where(commit, t.to(i.dtype), i))
     m.copy_(m & ~commit)
@@ -198,3 +199,32 @@ def rotary_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     c, s = cos.float()[:, :, None, :], sin.float()[:, :, None, :]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+
+
+def add_rms_norm_ref(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x += delta`` in place (the residual stream), then RMSNorm of the new ``x`` times ``weight``."""
+    x.add_(delta)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def silu_mul_ref(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's activation on a fused gate-up projection: ``silu(first half) * second half``."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def qk_norm_rope_ref(
+    qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+) -> torch.Tensor:  # fmt: skip
+    """Split a fused QKV projection ``[B, T, (H + 2 Hkv) D]``; per-head RMSNorm and RoPE on q and k (Qwen3);
+    k and v written into the caches ``[B, cap, Hkv, D]`` at ``positions``; returns q ``[B, T, H, D]``."""
+    B, T, width = qkv.shape
+    D = width // (heads + 2 * kv_heads)
+    q, k, v = qkv.view(B, T, heads + 2 * kv_heads, D).split([heads, kv_heads, kv_heads], dim=2)
+    tables = (cos[None].expand(B, -1, -1), sin[None].expand(B, -1, -1))
+    q = rotary_ref(F.rms_norm(q, (D,), q_weight, eps), *tables)
+    k = rotary_ref(F.rms_norm(k, (D,), k_weight, eps), *tables)
+    k_cache.index_copy_(1, positions, k)
+    v_cache.index_copy_(1, positions, v)
+    return q

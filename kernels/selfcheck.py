@@ -240,3 +240,56 @@ def check_rotary(
     if got.data_ptr() != out.data_ptr():
         raise AssertionError("apply_rotary did not write into the given out buffer")
     _assert_close(got, want, ATTENTION_TOL[dtype], f"rotary {dtype}")
+
+
+def check_add_rms_norm(rows: int, hidden: int, dtype: torch.dtype, device: str = "cpu", *, seed: int = 0) -> None:
+    """Fused residual add + RMSNorm against the torch steps: the updated residual stream and the output."""
+    from kernels.fused import add_rms_norm
+
+    _triton(device)
+    gen = torch.Generator().manual_seed(seed)
+    x, delta = (torch.randn(rows, hidden, generator=gen).to(dtype=dtype, device=device) for _ in range(2))
+    weight = (1.0 + torch.randn(hidden, generator=gen) * 0.1).to(dtype=dtype, device=device)
+    x_ref = x.clone()
+    want = add_rms_norm(x_ref, delta, weight, 1e-6, path="torch")
+    got = add_rms_norm(x, delta, weight, 1e-6, path="triton")
+    _assert_close(x, x_ref, ATTENTION_TOL[dtype], f"add_rms_norm residual {dtype}")
+    _assert_close(got, want, ATTENTION_TOL[dtype], f"add_rms_norm output {dtype}")
+
+
+def check_silu_mul(rows: int, inner: int, dtype: torch.dtype, device: str = "cpu", *, seed: int = 0) -> None:
+    """SwiGLU's activation on a fused gate-up projection against ``silu(gate) * up``."""
+    from kernels.fused import silu_mul
+
+    _triton(device)
+    gen = torch.Generator().manual_seed(seed)
+    gate_up = (torch.randn(rows, 2 * inner, generator=gen) * 3.0).to(dtype=dtype, device=device)
+    _assert_close(silu_mul(gate_up, path="triton"), silu_mul(gate_up, path="torch"), ATTENTION_TOL[dtype],
+                  f"silu_mul {dtype}")  # fmt: skip
+
+
+def check_qk_norm_rope(
+    tokens: int, heads: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype, device: str = "cpu",
+    *, batch: int = 1, start: int = 0, seed: int = 0,
+) -> None:  # fmt: skip
+    """Fused q/k norm + RoPE + KV write against the torch steps. The caches are poisoned: the written slots
+    must match, every other slot must still hold the poison."""
+    from kernels.fused import qk_norm_rope
+
+    _triton(device)
+    gen = torch.Generator().manual_seed(seed)
+    width = (heads + 2 * kv_heads) * head_dim
+    qkv = torch.randn(batch, tokens, width, generator=gen).to(dtype=dtype, device=device)
+    q_w, k_w = ((1.0 + torch.randn(head_dim, generator=gen) * 0.1).to(dtype=dtype, device=device) for _ in range(2))
+    angles = torch.rand(tokens, head_dim // 2, generator=gen).to(device) * 100.0
+    positions = torch.arange(start, start + tokens, device=device)
+    caches = {p: [torch.full((batch, capacity, kv_heads, head_dim), float("nan"), dtype=dtype, device=device)
+                  for _ in range(2)] for p in ("torch", "triton")}  # fmt: skip
+    q = {p: qk_norm_rope(qkv, heads, kv_heads, q_w, k_w, 1e-6, angles.cos(), angles.sin(), positions, *caches[p],
+                         path=p) for p in caches}  # fmt: skip
+    _assert_close(q["triton"], q["torch"], ATTENTION_TOL[dtype], f"qk_norm_rope q {dtype}")
+    written = slice(start, start + tokens)
+    for name, got, want in zip(("k", "v"), caches["triton"], caches["torch"], strict=True):
+        _assert_close(got[:, written], want[:, written], ATTENTION_TOL[dtype], f"qk_norm_rope {name} cache {dtype}")
+        if not torch.cat([got[:, :start], got[:, start + tokens:]], 1).isnan().all():
+            raise AssertionError(f"qk_norm_rope wrote {name} cache slots outside positions {start}..{start + tokens - 1}")

@@ -49,6 +49,7 @@ class Plan:
     shapes: tuple[str, ...]
     prompts: tuple[int, ...]
     batches: tuple[int, ...]
+    confidence_batches: tuple[int, ...]
     vocab: int
     copy_bytes: int
     warmup: int
@@ -58,9 +59,10 @@ class Plan:
     @staticmethod
     def make(dry_run: bool, paths: tuple[str, ...]) -> Plan:
         if dry_run:
-            return Plan(torch.device("cpu"), True, ("tiny",), (32,), (1, 2), 1000, 8 << 20, 1, 1, paths)
-        return Plan(torch.device("cuda"), False, ("qwen3-0.6b", "sdar-1.7b"), (512, 4096), (1, 8), 151936,
-                    2 << 30, 5, 30, paths)  # fmt: skip
+            return Plan(torch.device("cpu"), True, ("tiny",), (32,), (1, 2), (1, 2), 1000, 8 << 20, 0, 1, paths)
+        # confidence also at 64 blocks: a 311 MB read, large enough to measure streaming against the floor
+        return Plan(torch.device("cuda"), False, ("qwen3-0.6b", "sdar-1.7b"), (512, 4096), (1, 8), (1, 8, 64),
+                    151936, 2 << 30, 5, 30, paths)  # fmt: skip
 
 
 @dataclass
@@ -70,6 +72,8 @@ class Report:
     kernels: list[dict[str, object]] = field(default_factory=list)
     models: list[dict[str, object]] = field(default_factory=list)
     decode: list[dict[str, object]] = field(default_factory=list)
+    profiles: list[dict[str, object]] = field(default_factory=list)
+    tuning: list[dict[str, object]] = field(default_factory=list)
     engine: list[dict[str, object]] = field(default_factory=list)
     goals: list[dict[str, object]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -117,6 +121,7 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
     vocab, big_vocab = (1000, 1000) if dry_run else (50257, 151936)
     cap, length, head_dim, prompt = (80, 70, 16, 40) if dry_run else (4160, 4096, 128, 512)
     heads = (4, 2) if dry_run else (16, 8)
+    hidden = 96 if dry_run else 2048
     return [
         ("confidence bf16 16xV", lambda d: sc.check_confidence(16, big_vocab, bf16, d, seed=1)),
         ("confidence fp32 1xV", lambda d: sc.check_confidence(1, big_vocab, f32, d, masked_fraction=1.0, seed=2)),
@@ -134,6 +139,11 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("prefill fp32 causal", lambda d: sc.check_block_causal(67, 67, 4, 2, 64, 1, f32, d)),
         ("rotary bf16 prompt", lambda d: sc.check_rotary(prompt, heads[0], head_dim, bf16, d)),
         ("rotary fp16 in place b8", lambda d: sc.check_rotary(16, heads[1], head_dim, f16, d, batch=8, in_place=True)),
+        ("add_rms_norm bf16 block", lambda d: sc.check_add_rms_norm(16, hidden, bf16, d)),
+        ("silu_mul bf16 block", lambda d: sc.check_silu_mul(16, 3 * hidden, bf16, d)),
+        ("qk_norm_rope bf16 block at the cache end", lambda d: sc.check_qk_norm_rope(
+            16, *heads, head_dim, cap, bf16, d, start=cap - 16)),
+        ("qk_norm_rope fp16 prefill b2", lambda d: sc.check_qk_norm_rope(prompt, *heads, head_dim, cap, f16, d, batch=2)),
     ]  # fmt: skip
 
 
@@ -161,7 +171,7 @@ def _select_with_reset(logits, masked, all_masked, ids, path: str) -> None:
 
 def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
     from kernels import apply_rotary, block_attention, block_causal_attention, confidence_and_token
-    from latency_bench.kernels_timing import time_ms
+    from latency_bench.kernels_timing import time_graphed_ms, time_ms
 
     dev, wu, reps = plan.device, plan.warmup, plan.reps
 
@@ -169,18 +179,21 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
                 flops: float = 0.0) -> None:  # fmt: skip
         def run() -> None:
             ms = time_ms(fn, dev, wu, reps)
-            row: dict[str, object] = {"kernel": kernel, "shape": shape, "path": path, "ms": round(ms, 4)}
+            graphed = time_graphed_ms(fn, dev)
+            device_ms = graphed if graphed is not None else ms  # the kernel's own time, launch cost removed
+            row: dict[str, object] = {"kernel": kernel, "shape": shape, "path": path, "ms": round(ms, 4),
+                                      "graphed_ms": None if graphed is None else round(graphed, 4)}  # fmt: skip
             if floor_bytes:
                 row["floor_ms"] = round(floor_bytes / (bandwidth_gbs * 1e9) * 1e3, 4)
-                row["bw_frac"] = round(floor_bytes / (ms * 1e-3) / (bandwidth_gbs * 1e9), 3)
+                row["bw_frac"] = round(floor_bytes / (device_ms * 1e-3) / (bandwidth_gbs * 1e9), 3)
             if flops:
-                row["tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
+                row["tflops"] = round(flops / (device_ms * 1e-3) / 1e12, 1)
             report.kernels.append(row)
-            print(f"  {kernel} {shape} [{path}]: {ms:.4f} ms", flush=True)
+            print(f"  {kernel} {shape} [{path}]: {ms:.4f} ms launched, {row['graphed_ms']} ms graphed", flush=True)
 
         report.attempt(f"{kernel} {shape} [{path}]", run)
 
-    for batch in plan.batches:
+    for batch in plan.confidence_batches:
         logits = torch.randn(batch, BLOCK, plan.vocab, device=dev).to(torch.bfloat16)
         all_masked = torch.ones(batch, BLOCK, dtype=torch.bool, device=dev)
         masked, ids = all_masked.clone(), torch.zeros(batch, BLOCK, dtype=torch.int64, device=dev)
@@ -230,6 +243,19 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
                 partial(sdpa, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)), flops=flops)  # fmt: skip
 
 
+def run_tuning(plan: Plan, report: Report) -> None:
+    from latency_bench.gpu_tuning import block_attention_sweep, confidence_sweep
+
+    s = _shape(plan.shapes[-1])
+    caches = tuple(length + BLOCK for length in plan.prompts)
+    report.tuning.extend(confidence_sweep(plan.device, plan.vocab, plan.confidence_batches[::2]))
+    report.tuning.extend(block_attention_sweep(plan.device, s.heads, s.kv_heads, s.head_dim, caches, plan.batches))
+    for row in report.tuning:
+        if row["best"]:
+            print(f"  {row['kernel']} {row['shape']}: best {row['params']} {row['ms']} ms, "
+                  f"auto {row['auto_over_best']}x of it", flush=True)  # fmt: skip
+
+
 # ---------------------------------------------------------------- model shapes
 
 
@@ -262,6 +288,11 @@ class _BlockRunner:
         self.reset()
         self.step(*self.inputs)
 
+    def one_eager_pass(self) -> None:
+        """The same step without the graph: what the profiler can attribute kernel by kernel."""
+        self.reset()
+        self.model.denoise_step(*self.inputs)
+
     def first_block(self) -> None:
         self.reset()
         for _ in range(PASSES_PER_BLOCK):
@@ -278,10 +309,10 @@ def _time_block_decoding(plan: Plan, report: Report, model, prompt: torch.Tensor
 
     dev, wu, reps, length = plan.device, plan.warmup, plan.reps, prompt.shape[1]
     runner = _BlockRunner(model, length)
-    prefill_ms = time_ms(partial(model.prefill, prompt, BLOCK), dev, 1, max(1, reps // 5))
+    prefill_ms = time_ms(partial(model.prefill, prompt, BLOCK), dev, min(1, wu), max(1, reps // 5))
     pass_ms = time_ms(runner.one_pass, dev, wu, reps)
     warm_ms = time_ms(runner.first_block, dev, wu, max(1, reps // 3))
-    cold_ms = time_ms(partial(runner.cold_first_block, prompt), dev, 1, max(1, reps // 5))
+    cold_ms = time_ms(partial(runner.cold_first_block, prompt), dev, min(1, wu), max(1, reps // 5))
     report.models.append({
         "shape": model.shape.name, "prompt": length, "path": model.path, "graphed": runner.step.graphed,
         "weight_gb": round(model.weight_bytes() / 1e9, 3), "weight_floor_ms": round(floor_ms, 3),
@@ -291,6 +322,13 @@ def _time_block_decoding(plan: Plan, report: Report, model, prompt: torch.Tensor
     })  # fmt: skip
     print(f"  {model.shape.name} L={length} [{model.path}]: pass {pass_ms:.3f} ms (floor {floor_ms:.3f}), "
           f"prefill {prefill_ms:.2f}, first block warm {warm_ms:.2f} / cold {cold_ms:.2f} ms", flush=True)  # fmt: skip
+    if length == max(plan.prompts):
+        from latency_bench.kernels_timing import kernel_profile
+
+        profile = kernel_profile(runner.one_eager_pass, dev)
+        report.profiles.append({"shape": model.shape.name, "prompt": length, "path": model.path,
+                                "graphed_pass_ms": round(pass_ms, 3), **profile})  # fmt: skip
+        print(f"  profile: {profile['kernel_launches']} kernels, {profile['kernel_us']} us of kernel time", flush=True)
 
 
 def _time_decode(plan: Plan, report: Report, model, cache_len: int) -> None:
@@ -401,9 +439,13 @@ def render_markdown(report: Report) -> str:
         "## Kernels vs torch reference and the floor\n",
         "`bw_frac`: bytes the kernel must read over time, as a fraction of the measured copy bandwidth.\n\n",
         _table(report.kernels),
+        "## Tuning sweep (graphed ms per call; `auto` is the default the engine runs)\n", _table(report.tuning),
         f"## Model shapes (random weights, bf16, {BLOCK}-token block, {PASSES_PER_BLOCK} passes per first block)\n",
         _table(report.models),
         f"## Decode throughput (at {TOKENS_PER_PASS} tokens committed per pass)\n", _table(report.decode),
+        "## Where a pass's device time goes (profiler, one eager pass; graphed time for comparison)\n",
+        _table([{k: v for k, v in p.items() if k != "top"} for p in report.profiles]),
+        *(f"Top kernels, {p['shape']} L={p['prompt']} [{p['path']}]:\n\n" + _table(p["top"]) for p in report.profiles),
         "## Engine: the demo checkpoint, eager vs CUDA-graphed denoising passes (same ids required)\n",
         _table(report.engine),
     ]  # fmt: skip
@@ -460,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         ("copy bandwidth", measure_bandwidth),
         ("correctness", partial(run_correctness, plan, report)),
         ("kernel timings", lambda: run_kernel_timings(plan, report, bandwidth["gbs"])),
+        ("tuning sweep", partial(run_tuning, plan, report)),
     ]
     if not args.skip_models:
         sections.append(("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"])))

@@ -8,12 +8,14 @@ Every input of a denoising step is a device tensor, so the whole step can be CUD
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from kernels import apply_rotary, block_attention, block_causal_attention, select_confident
+from kernels import block_attention, block_causal_attention, select_confident
+from kernels.fused import add_rms_norm, qk_norm_rope, silu_mul
 
 
 @dataclass(frozen=True)
@@ -32,12 +34,15 @@ class Shape:
 SHAPES = {
     "qwen3-0.6b": Shape("qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936),
     "sdar-1.7b": Shape("sdar-1.7b", 2048, 28, 16, 8, 128, 6144, 151936),  # Qwen3-1.7B backbone
-    "tiny": Shape("tiny", 64, 2, 4, 2, 16, 128, 512),  # for --dry-run on CPU
+    "tiny": Shape("tiny", 64, 2, 2, 1, 16, 128, 512),  # for --dry-run on CPU (few programs: the interpreter is slow)
 }
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)  # one fused kernel on CUDA
+EPS = 1e-6  # Qwen3's rms_norm_eps
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, EPS)  # one fused kernel on CUDA
 
 
 class RandomQwen3:
@@ -87,47 +92,44 @@ class RandomQwen3:
         tensors = [t for p in self.layers for t in p.values()] + [self.embed, self.final_norm]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def _qkv(self, p: dict[str, torch.Tensor], x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        s = self.shape
-        B, T, _ = x.shape
-        q, k, v = (_rms(x, p["in_norm"]) @ p["qkv"].T).split(
-            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
-        )
-        q = _rms(q.reshape(B, T, s.heads, s.head_dim), p["q_norm"])
-        k = _rms(k.reshape(B, T, s.kv_heads, s.head_dim), p["k_norm"])
-        q = apply_rotary(q, cos, sin, out=q, path=self.path)
-        k = apply_rotary(k, cos, sin, out=k, path=self.path)
-        return q, k, v.reshape(B, T, s.kv_heads, s.head_dim)
+    def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                attend: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:  # fmt: skip
+        """Every layer over ``x`` (the residual stream, updated in place), writing each layer's K/V at
+        ``positions``; ``attend(layer, q)`` is the attention. Returns the final-normed hidden states.
 
-    def _mlp_residual(self, p: dict[str, torch.Tensor], x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        x = x + attn.flatten(2) @ p["o"].T
-        gate, up = (_rms(x, p["post_norm"]) @ p["gate_up"].T).chunk(2, dim=-1)
-        return x + (F.silu(gate) * up) @ p["down"].T
+        Each residual add is fused with the RMSNorm that follows it, so a layer is its four matrix
+        products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation."""
+        s, path = self.shape, self.path
+        h = _rms(x, self.layers[0]["in_norm"])
+        for i, p in enumerate(self.layers):
+            q = qk_norm_rope(h @ p["qkv"].T, s.heads, s.kv_heads, p["q_norm"], p["k_norm"], EPS, cos, sin, positions,
+                             self.k_cache[i], self.v_cache[i], path=path)  # fmt: skip
+            h = add_rms_norm(x, attend(i, q).flatten(2) @ p["o"].T, p["post_norm"], EPS, path=path)
+            following = self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
+            h = add_rms_norm(x, silu_mul(h @ p["gate_up"].T, path=path) @ p["down"].T, following, EPS, path=path)
+        return h
 
     def prefill(self, tokens: torch.Tensor, block_size: int) -> None:
         """Fill cache positions ``0..L-1`` with block-causal attention (no logits are needed)."""
         L = tokens.shape[1]
-        x = self.embed[tokens]
-        for i, p in enumerate(self.layers):
-            q, k, v = self._qkv(p, x, self.cos[:L], self.sin[:L])
-            self.k_cache[i, :, :L] = k
-            self.v_cache[i, :, :L] = v
-            x = self._mlp_residual(p, x, block_causal_attention(q, k, v, block_size, path=self.path))
+
+        def attend(i: int, q: torch.Tensor) -> torch.Tensor:
+            return block_causal_attention(q, self.k_cache[i][:, :L], self.v_cache[i][:, :L], block_size, path=self.path)
+
+        positions = torch.arange(L, device=tokens.device)
+        self._layers(self.embed[tokens], self.cos[:L], self.sin[:L], positions, attend)
 
     def block_logits(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """One pass over a block at positions ``start..start+T-1`` (``start`` a 1-element tensor)."""
         B, T = tokens.shape
-        pos = start + torch.arange(T, device=tokens.device)
-        cos, sin = self.cos[pos], self.sin[pos]  # once per pass, not per layer
-        lengths = (start + T).to(torch.int32).repeat(B)  # prefix + block, already in the cache
-        x = self.embed[tokens]
-        for i, p in enumerate(self.layers):
-            q, k, v = self._qkv(p, x, cos, sin)
-            self.k_cache[i].index_copy_(1, pos, k)
-            self.v_cache[i].index_copy_(1, pos, v)
-            attn = block_attention(q, self.k_cache[i], self.v_cache[i], lengths, path=self.path)
-            x = self._mlp_residual(p, x, attn)
-        return _rms(x, self.final_norm) @ self.embed.T
+        positions = start + torch.arange(T, device=tokens.device)
+        lengths = (start + T).to(torch.int32).repeat(B)  # prefix + block, the block's K/V written this pass
+
+        def attend(i: int, q: torch.Tensor) -> torch.Tensor:
+            return block_attention(q, self.k_cache[i], self.v_cache[i], lengths, path=self.path)
+
+        h = self._layers(self.embed[tokens], self.cos[positions], self.sin[positions], positions, attend)
+        return h @ self.embed.T
 
     def denoise_step(
         self, tokens: torch.Tensor, masked: torch.Tensor, start: torch.Tensor, threshold: float = 0.9

@@ -85,7 +85,7 @@ def _recording(module, names: list[str]):
 
 def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
     """Representative launches of every kernel, with the GPU tile configurations."""
-    from kernels import attention_triton, confidence_triton, rotary_triton
+    from kernels import attention_triton, confidence_triton, fused_triton, rotary_triton
 
     launches: list[tuple[str, object, tuple, dict]] = []
 
@@ -124,6 +124,16 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
         table = torch.zeros(1, 16, 64)
         rotary_triton.apply_rotary(x, table, table, x)
         collect("rotary bf16", recs)
+    with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
+        for dtype in (torch.bfloat16, torch.float32):
+            x = torch.zeros(16, 2048, dtype=dtype)
+            fused_triton.add_rms_norm(x, x, torch.ones(2048, dtype=dtype), 1e-6, x)
+            fused_triton.silu_mul(torch.zeros(16, 12288, dtype=dtype), torch.zeros(16, 6144, dtype=dtype))
+            cache = torch.zeros(1, 528, 8, 128, dtype=dtype)
+            fused_triton.qk_norm_rope(torch.zeros(1, 16, 32 * 128, dtype=dtype), 16, 8, x[0, :128], x[0, :128], 1e-6,
+                                      torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
+                                      torch.zeros(1, 16, 16, 128, dtype=dtype), cache, cache)  # fmt: skip
+            collect(f"fused {dtype}", recs)
     return launches
 
 

@@ -102,3 +102,27 @@ def test_a_session_keeps_its_static_forward_across_turns(engines):
     assert isinstance(session.state(1), GraphedForward)
     fresh = engines["off"].generate(follow_up * 4, max_new_tokens=8, threshold=0.5)
     assert second.token_ids == fresh.token_ids
+
+
+def test_a_released_cache_and_its_graphs_serve_the_next_conversation(engines):
+    """Graphs are bound to their cache's memory: the pool hands a released cache to the next session, so
+    only the first conversation captures. Whatever the last one left in it must not leak into the next."""
+    engine, eager = engines["on"], engines["off"]
+    first = engine.new_session(capacity=96)
+    engine.generate(PROMPTS[1], session=first, max_new_tokens=8, threshold=0.5)
+    used = first.state(1)
+    first.release()
+    assert engine.graph_pool.free_count(96) == 1
+
+    second = engine.new_session(capacity=96)
+    got = engine.generate(PROMPTS[0], session=second, max_new_tokens=8, threshold=0.5)
+    assert second.state(1) is used and engine.graph_pool.free_count(96) == 0
+    assert got.token_ids == eager.generate(PROMPTS[0], max_new_tokens=8, threshold=0.5).token_ids
+    second.release()
+
+    # a generation without a session of its own borrows a pooled cache and gives it back when done
+    default = engine.new_session().capacity
+    for _ in range(2):
+        engine.generate(PROMPTS[1], max_new_tokens=4)
+        engine.run_on_worker(lambda: None)  # the give-back runs on the model worker, after the job closes
+        assert engine.graph_pool.free_count(default) == 1

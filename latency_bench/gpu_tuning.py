@@ -1,0 +1,70 @@
+"""The GPU check's tuning sweep: the Triton kernels' launch parameters, timed as a graphed pass runs them.
+
+The kernels pick their tile sizes and vocabulary / cache splits from the device's SM count; this section
+times the alternatives around those defaults on the issue's shapes, so a default is a measured choice and a
+new GPU shows at once whether it wants another. Rows name the parameters; ``auto`` is what the engine uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from latency_bench.kernels_timing import time_graphed_ms, time_ms
+
+
+def _device_ms(fn: Callable[[], object], device: torch.device) -> float:
+    """Graphed time on a GPU; plain wall time off it (the dry run only checks that every variant runs)."""
+    graphed = time_graphed_ms(fn, device)
+    return graphed if graphed is not None else time_ms(fn, device, 1, 1)
+
+
+def _mark_best(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Flag the fastest variant of each shape, and how the default compares with it."""
+    for shape in {r["shape"] for r in rows}:
+        group = [r for r in rows if r["shape"] == shape]
+        best = min(group, key=lambda r: float(r["ms"]))
+        auto = next((r for r in group if r["params"].startswith("auto")), best)
+        for r in group:
+            r["best"] = r is best
+            r["auto_over_best"] = round(float(auto["ms"]) / float(best["ms"]), 2)
+    return rows
+
+
+def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...]) -> list[dict[str, object]]:
+    """Fused confidence selection: vocabulary tile width x vocabulary splits per row."""
+    from kernels.confidence_triton import confidence_select
+
+    rows = []
+    widths = (512, 1024) if device.type == "cpu" else (1024, 2048, 4096, 8192)
+    for batch in batches:
+        logits = torch.randn(batch, 16, vocab, device=device).to(torch.bfloat16)
+        masked = torch.ones(batch, 16, dtype=torch.bool, device=device)
+        for block_v, splits in itertools.chain([(None, None)], itertools.product(widths, (1, 4, 16, None))):
+            run = partial(confidence_select, logits, masked, None, 0.0, 0.0, None, block_v=block_v, splits=splits)
+            params = "auto" if block_v is None else f"block_v={block_v} splits={splits or 'auto'}"
+            rows.append({"kernel": "confidence", "shape": f"{batch}x16x{vocab}", "params": params,
+                         "ms": round(_device_ms(run, device), 4)})  # fmt: skip
+    return _mark_best(rows)
+
+
+def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_dim: int,
+                          caches: tuple[int, ...], batches: tuple[int, ...]) -> list[dict[str, object]]:  # fmt: skip
+    """Block attention over the cache: key tile x cache splits (flash-decoding)."""
+    from kernels.attention_triton import block_attention
+
+    rows = []
+    for batch, cap in itertools.product(batches, caches):
+        q = torch.randn(batch, 16, heads, head_dim, device=device, dtype=torch.bfloat16)
+        k = torch.randn(batch, cap, kv_heads, head_dim, device=device, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        lengths = torch.full((batch,), cap, dtype=torch.int32, device=device)
+        for block_n, splits in itertools.chain([(None, None)], itertools.product((32, 64, 128), (4, 16, 64, None))):
+            run = partial(block_attention, q, k, v, lengths, None, None, head_dim**-0.5, splits=splits, block_n=block_n)
+            params = "auto" if block_n is None else f"block_n={block_n} splits={splits or 'auto'}"
+            rows.append({"kernel": "block_attention", "shape": f"B{batch} 16q over {cap} keys", "params": params,
+                         "ms": round(_device_ms(run, device), 4)})  # fmt: skip
+    return _mark_best(rows)
