@@ -52,6 +52,7 @@ class RandomQwen3:
         self, shape: Shape, batch: int, capacity: int, device: torch.device, dtype: torch.dtype, path: str
     ) -> None:
         self.shape, self.path = shape, path
+        self.fuse = True  # the layers' small steps as fused kernels; False: their plain torch expressions
         s = shape
         qkv_out = (s.heads + 2 * s.kv_heads) * s.head_dim
 
@@ -87,6 +88,11 @@ class RandomQwen3:
         angles = torch.arange(capacity, device=device).float()[:, None] * inv_freq[None, :]
         self.cos, self.sin = angles.cos(), angles.sin()  # [capacity, D/2]
 
+    @property
+    def label(self) -> str:
+        """The kernel path, and whether the layer steps are fused: what a timing row is of."""
+        return self.path if self.fuse else f"{self.path}, unfused"
+
     def weight_bytes(self) -> int:
         """Bytes a block pass must read: every layer weight plus the (tied) LM head once."""
         tensors = [t for p in self.layers for t in p.values()] + [self.embed, self.final_norm]
@@ -99,7 +105,7 @@ class RandomQwen3:
 
         Each residual add is fused with the RMSNorm that follows it, so a layer is its four matrix
         products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation."""
-        s, path = self.shape, self.path
+        s, path = self.shape, (self.path if self.fuse else "torch")  # the references are the unfused steps
         h = _rms(x, self.layers[0]["in_norm"])
         for i, p in enumerate(self.layers):
             q = qk_norm_rope(h @ p["qkv"].T, s.heads, s.kv_heads, p["q_norm"], p["k_norm"], EPS, cos, sin, positions,

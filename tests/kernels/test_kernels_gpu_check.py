@@ -17,14 +17,27 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert len(report["correctness"]) >= 10 and all(c["ok"] for c in report["correctness"])
     kernels = {r["kernel"] for r in report["kernels"]}
     assert {"confidence", "block_attention (tensor len)", "block_causal_attention"} <= kernels
-    assert {r["path"] for r in report["models"]} == {"triton", "torch"}
+    assert {"add_rms_norm", "silu_mul", "qk_norm_rope (+ KV write)"} <= kernels
+    assert {r["path"] for r in report["models"]} == {"triton", "torch", "triton, unfused"}
+    assert {r["path"] for r in report["profiles"]} == {"triton", "torch", "triton, unfused"}
+    assert all(p["kernel_launches"] > 0 and p["top"] for p in report["profiles"])
+    shapes = {(r["kernel"], r["shape"]) for r in report["tuning"]}
+    assert sum(r["best"] for r in report["tuning"]) == len(shapes) and any(r["params"] == "auto" for r in report["tuning"])
     assert {r["batch"] for r in report["decode"]} == {1, 2}
     assert all(r["pass_ms"] > 0 for r in report["models"] + report["decode"])
     assert [(r["cuda_graphs"], r["kernels"]) for r in report["engine"]] == [
         ("off", "triton"), ("on", "triton"), ("on", "torch")]
     assert all(r["first_block_ms"] > 0 and r["ms_per_pass"] > 0 for r in report["engine"])
-    md = js.with_suffix(".md").read_text()
-    assert "## Goals" in md and "| confidence |" in md and "| demo checkpoint | on | triton |" in md
+    md = js.with_suffix(".md")
+    assert "## Goals" in md.read_text() and "| confidence |" in md.read_text()
+    assert "| demo checkpoint | on | triton |" in md.read_text()
+
+    # a saved report renders again without measuring (the tables as this version draws them)
+    md.unlink()
+    assert gpu_check.main(["--render", str(js)]) == 0
+    assert "## Tuning sweep" in md.read_text() and "| demo checkpoint | on | triton |" in md.read_text()
+    with pytest.raises(SystemExit, match="cannot read a report"):
+        gpu_check.main(["--render", str(tmp_path / "missing.json")])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
@@ -55,17 +68,18 @@ def test_model_step_agrees_across_kernel_paths():
     model = RandomQwen3(SHAPES["tiny"], 2, 48, torch.device("cpu"), torch.float32, "torch")
     prompt = torch.randint(0, 500, (2, 24))
     logits = {}
-    for path in ("torch", "triton"):
-        model.path = path
+    for path, fuse in (("torch", True), ("triton", True), ("triton", False)):
+        model.path, model.fuse = path, fuse
         model.prefill(prompt, 8)
         tokens = torch.full((2, 16), 511, dtype=torch.int64)
         masked = torch.ones(2, 16, dtype=torch.bool)
-        logits[path] = model.block_logits(tokens, torch.tensor([24]))
+        logits[model.label] = model.block_logits(tokens, torch.tensor([24]))
         count = model.denoise_step(tokens, masked, torch.tensor([24]), threshold=0.0)
         # threshold 0 commits the whole block, each position its argmax (the pass is deterministic)
         assert count.tolist() == [16, 16] and not masked.any()
-        assert torch.equal(tokens, logits[path].argmax(-1))
-    torch.testing.assert_close(logits["triton"], logits["torch"], atol=1e-4, rtol=1e-4)
+        assert torch.equal(tokens, logits[model.label].argmax(-1))
+    for label in ("triton", "triton, unfused"):
+        torch.testing.assert_close(logits[label], logits["torch"], atol=1e-4, rtol=1e-4)
     assert model.weight_bytes() == 4 * sum(
         t.numel() for t in [model.embed, model.final_norm, *(w for p in model.layers for w in p.values())]
     )
