@@ -36,7 +36,8 @@ def _partials_kernel(
     seed_ptr,
     part_max_ptr, part_sum_ptr, part_score_ptr, part_idx_ptr, part_logit_ptr,
     N, V, chunk, inv_temp,
-    HAS_MASK: tl.constexpr, NOISE: tl.constexpr, TEMPERED: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_MASK: tl.constexpr, NOISE: tl.constexpr, TEMPERED: tl.constexpr, LANEWISE: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -58,28 +59,49 @@ def _partials_kernel(
     best_score = tl.full([], float("-inf"), tl.float32)
     best_logit = tl.full([], float("-inf"), tl.float32)
     best_idx = tl.full([], 0, tl.int32)
+    # LANEWISE: each lane keeps its own running sum and best, so a tile costs one reduction (its max) rather
+    # than three; the lanes are merged once, after the loop.
+    sum_lanes = tl.zeros([BLOCK_V], tl.float32)
+    best_lanes = tl.full([BLOCK_V], float("-inf"), tl.float32)
+    logit_lanes = tl.full([BLOCK_V], float("-inf"), tl.float32)
+    idx_lanes = tl.zeros([BLOCK_V], tl.int32)
     for start in range(lo, hi, BLOCK_V):
         offs = start + cols
         x = tl.load(row_ptr + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
         if TEMPERED:  # the softmax (and so the confidence) of the tempered logits
             x = x * inv_temp
         new_max = tl.maximum(run_max, tl.max(x, 0))
-        run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(x - new_max), 0)
+        if LANEWISE:
+            sum_lanes = sum_lanes * tl.exp(run_max - new_max) + tl.exp(x - new_max)
+        else:
+            run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(x - new_max), 0)
         run_max = new_max
         if NOISE:
             counter = (row.to(tl.int64) * V + offs).to(tl.uint32)
             bits = _mix32(counter ^ seed_mix)
             u = ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
             score = (x if TEMPERED else x * inv_temp) - tl.log(-tl.log(u))
-            tile_best, tile_arg = tl.max(score, 0, return_indices=True, return_indices_tie_break_left=True)
-            tile_logit = tl.sum(tl.where(cols == tile_arg, x, 0.0), 0)
         else:
-            tile_best, tile_arg = tl.max(x, 0, return_indices=True, return_indices_tie_break_left=True)
-            tile_logit = tile_best
-        better = tile_best > best_score  # strict: earlier tiles win ties
-        best_idx = tl.where(better, start + tile_arg, best_idx)
-        best_logit = tl.where(better, tile_logit, best_logit)
-        best_score = tl.where(better, tile_best, best_score)
+            score = x
+        if LANEWISE:
+            better_lanes = score > best_lanes  # strict: within a lane, earlier tiles win ties
+            best_lanes = tl.where(better_lanes, score, best_lanes)
+            logit_lanes = tl.where(better_lanes, x, logit_lanes)
+            idx_lanes = tl.where(better_lanes, offs, idx_lanes)
+        else:
+            tile_best, tile_arg = tl.max(score, 0, return_indices=True, return_indices_tie_break_left=True)
+            tile_logit = tl.sum(tl.where(cols == tile_arg, x, 0.0), 0) if NOISE else tile_best
+            better = tile_best > best_score  # strict: earlier tiles win ties
+            best_idx = tl.where(better, start + tile_arg, best_idx)
+            best_logit = tl.where(better, tile_logit, best_logit)
+            best_score = tl.where(better, tile_best, best_score)
+    if LANEWISE:
+        run_sum = tl.sum(sum_lanes, 0)
+        best_score = tl.max(best_lanes, 0)
+        # lanes hold distinct vocabulary ids: among the tied best, the lowest id (torch.argmax's rule)
+        best_idx = tl.min(tl.where(best_lanes == best_score, idx_lanes, 2147483647), 0)
+        best_idx = tl.where(best_score > float("-inf"), best_idx, 0)
+        best_logit = tl.max(tl.where(idx_lanes == best_idx, logit_lanes, float("-inf")), 0)
     out = row * n_splits + split
     tl.store(part_max_ptr + out, run_max)
     tl.store(part_sum_ptr + out, run_sum)
@@ -156,13 +178,16 @@ def confidence_select(
     splits: int | None = None,
     strict: bool = False,
     tempered: bool = False,
+    lanewise: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch both stages on batched ``[B, N, V]`` logits; commits in place when ``ids`` is given.
 
     Returns ``(conf [B, N] fp32, token [B, N] int64, count [B] int64 or None)``. ``seed`` is a
     1-element int64 device tensor (so CUDA graphs can change it between replays); ``out`` are
     optional contiguous ``[B, N]`` buffers for conf and token. ``strict`` and ``tempered`` as in
-    ``kernels.reference.commit_ref`` / ``confidence_and_token_ref``.
+    ``kernels.reference.commit_ref`` / ``confidence_and_token_ref``. ``lanewise``: the streaming stage's
+    per-lane accumulation (fewer reductions per tile), a candidate the GPU check's sweep times against the
+    default before it can become one.
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:
@@ -190,7 +215,7 @@ def confidence_select(
         seed_arg,
         part_max, part_sum, part_score, part_idx, part_logit,
         N, V, chunk, 1.0 / temperature if noise else 1.0,
-        HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, BLOCK_V=block_v,
+        HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, LANEWISE=lanewise, BLOCK_V=block_v,
         num_warps=8 if block_v >= 2048 else 4,
     )  # fmt: skip
     if out is None:

@@ -128,6 +128,11 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("confidence fp16 ties", lambda d: sc.check_confidence(16, vocab, f16, d, ties=True, masked_fraction=1.0)),
         ("confidence gumbel T=0.8", lambda d: sc.check_confidence(7, vocab, f32, d, temperature=0.8, seed=3)),
         ("confidence batch 8", lambda d: sc.check_confidence(16, big_vocab, bf16, d, batch=8, seed=4)),
+        ("confidence lanewise bf16 16xV", lambda d: sc.check_confidence(16, big_vocab, bf16, d, seed=6, lanewise=True)),
+        ("confidence lanewise fp16 ties", lambda d: sc.check_confidence(16, vocab, f16, d, ties=True, masked_fraction=1.0,
+                                                                         lanewise=True)),
+        ("confidence lanewise gumbel", lambda d: sc.check_confidence(7, vocab, f32, d, temperature=0.8, seed=8,
+                                                                      lanewise=True)),
         ("confidence fallback", lambda d: sc.check_confidence(16, vocab, bf16, d, batch=3, force_fallback=True)),
         ("block attn bf16 + block K/V", lambda d: sc.check_block_attention(16, *heads, head_dim, cap, length, bf16, d)),
         ("block attn fp16 in-cache b8", lambda d: sc.check_block_attention(

@@ -35,17 +35,21 @@ def _mark_best(rows: list[dict[str, object]]) -> list[dict[str, object]]:
 
 
 def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...]) -> list[dict[str, object]]:
-    """Fused confidence selection: vocabulary tile width x vocabulary splits per row."""
+    """Fused confidence selection: vocabulary tile width x vocabulary splits per row x the streaming stage's
+    reductions per tile (three, the default, or one with per-lane accumulation)."""
     from kernels.confidence_triton import confidence_select
 
     rows = []
     widths = (512, 1024) if device.type == "cpu" else (1024, 2048, 4096, 8192)
+    variants = itertools.product(widths, (1, 4, 16, None), (False, True))
     for batch in batches:
         logits = torch.randn(batch, 16, vocab, device=device).to(torch.bfloat16)
         masked = torch.ones(batch, 16, dtype=torch.bool, device=device)
-        for block_v, splits in itertools.chain([(None, None)], itertools.product(widths, (1, 4, 16, None))):
-            run = partial(confidence_select, logits, masked, None, 0.0, 0.0, None, block_v=block_v, splits=splits)
+        for block_v, splits, lanewise in itertools.chain([(None, None, False)], variants):
+            run = partial(confidence_select, logits, masked, None, 0.0, 0.0, None, block_v=block_v, splits=splits,
+                          lanewise=lanewise)  # fmt: skip
             params = "auto" if block_v is None else f"block_v={block_v} splits={splits or 'auto'}"
+            params += " lanewise" * lanewise
             rows.append({"kernel": "confidence", "shape": f"{batch}x16x{vocab}", "params": params,
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return _mark_best(rows)

@@ -9,34 +9,56 @@ from kernels.selfcheck import check_confidence
 pytest.importorskip("triton")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# the default streaming stage, and its per-lane variant (a candidate the GPU check's sweep times)
+LANEWISE = pytest.mark.parametrize("lanewise", [False, True], ids=["tiles", "lanes"])
 
 
+@LANEWISE
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     ("n", "vocab", "block_v", "splits"),
     [(1, 300, 128, 1), (7, 1000, 256, 3), (16, 2000, 512, 2), (5, 1031, 128, 4)],
 )
-def test_greedy_matches_reference(dtype, n, vocab, block_v, splits):
-    check_confidence(n, vocab, dtype, block_v=block_v, splits=splits, seed=n * vocab)
+def test_greedy_matches_reference(dtype, n, vocab, block_v, splits, lanewise):
+    check_confidence(n, vocab, dtype, block_v=block_v, splits=splits, seed=n * vocab, lanewise=lanewise)
 
 
+@LANEWISE
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_ties_go_to_lowest_index(dtype):
-    check_confidence(7, 1000, dtype, ties=True, block_v=128, splits=3, masked_fraction=1.0, seed=3)
+def test_ties_go_to_lowest_index(dtype, lanewise):
+    check_confidence(7, 1000, dtype, ties=True, block_v=128, splits=3, masked_fraction=1.0, seed=3, lanewise=lanewise)
 
 
+@LANEWISE
+def test_ties_within_one_lane_go_to_the_earlier_tile(lanewise):
+    """Two maxima 128 apart share a lane when tiles are 128 wide: the earlier one must still win."""
+    from kernels import confidence_triton
+
+    logits = torch.randn(1, 3, 1000, generator=torch.Generator().manual_seed(0))
+    logits[0, :, 130] = logits[0, :, 258] = 50.0
+    masked = torch.ones(1, 3, dtype=torch.bool)
+    _, token, _ = confidence_triton.confidence_select(logits, masked, None, 0.0, 0.0, None, block_v=128, splits=1,
+                                                      lanewise=lanewise)  # fmt: skip
+    assert token.tolist() == [[130, 130, 130]]
+
+
+@LANEWISE
 @pytest.mark.parametrize("temperature", [0.5, 1.3])
-def test_gumbel_sample_matches_reference(temperature):
-    check_confidence(7, 1000, torch.float32, temperature=temperature, block_v=256, splits=2, seed=11)
+def test_gumbel_sample_matches_reference(temperature, lanewise):
+    check_confidence(7, 1000, torch.float32, temperature=temperature, block_v=256, splits=2, seed=11, lanewise=lanewise)
 
 
+@LANEWISE
 @pytest.mark.parametrize("masked_fraction", [0.0, 1.0])
-def test_all_or_no_positions_masked(masked_fraction):
-    check_confidence(16, 700, torch.float16, masked_fraction=masked_fraction, block_v=256, splits=2, seed=5)
+def test_all_or_no_positions_masked(masked_fraction, lanewise):
+    check_confidence(16, 700, torch.float16, masked_fraction=masked_fraction, block_v=256, splits=2, seed=5,
+                     lanewise=lanewise)  # fmt: skip
 
 
-def test_fallback_commits_most_confident_per_block():
-    check_confidence(7, 500, torch.float32, batch=3, force_fallback=True, block_v=128, splits=2, seed=7)
+@LANEWISE
+def test_fallback_commits_most_confident_per_block(lanewise):
+    check_confidence(7, 500, torch.float32, batch=3, force_fallback=True, block_v=128, splits=2, seed=7,
+                     lanewise=lanewise)  # fmt: skip
 
 
 def test_batched_blocks():
