@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -50,8 +52,25 @@ def _arg_type(value: object) -> str:
 SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90 (H100/H200)
 
 
-def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> tuple[float, int]:
-    """Compile one recorded launch for ``sm_<arch>``; returns (seconds, shared memory bytes)."""
+@dataclass(frozen=True)
+class Compiled:
+    seconds: float
+    shared_bytes: int
+    loop_instructions: int  # PTX instructions in the busiest block that loads from global memory (the loop)
+    loop_barriers: int  # bar.sync in that block: each is a wait for every warp of the program
+
+
+def loop_cost(ptx: str) -> tuple[int, int]:
+    """Instructions and barriers of the largest PTX basic block with a global load: a streaming kernel's loop
+    body, a static cost to compare variants by when no GPU can time them."""
+    blocks = re.split(r"\n\$L__BB\d+_\d+:", ptx)
+    loads = [b for b in blocks if "ld.global" in b] or [ptx]
+    body = max(loads, key=lambda b: b.count(";"))
+    return body.count(";"), body.count("bar.sync")
+
+
+def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
+    """Compile one recorded launch for ``sm_<arch>``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -67,7 +86,7 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> tuple[float, 
     signature = {n: "constexpr" if n in constexprs else _arg_type(values[n]) for n in names}
     t0 = time.perf_counter()
     kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
-    return time.perf_counter() - t0, int(kernel.metadata.shared)
+    return Compiled(time.perf_counter() - t0, int(kernel.metadata.shared), *loop_cost(kernel.asm["ptx"]))
 
 
 @contextmanager
@@ -146,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for label, fn, call_args, call_kwargs in recorded_launches():
         try:
-            seconds, shared = compile_call(fn, call_args, call_kwargs, args.arch)
-            if shared > SHARED_MEMORY_LIMIT:
-                raise RuntimeError(f"needs {shared} bytes of shared memory, over the {SHARED_MEMORY_LIMIT} limit")
-            print(f"ok   {label} ({seconds:.1f} s, {shared // 1024} KiB shared)", flush=True)
+            c = compile_call(fn, call_args, call_kwargs, args.arch)
+            if c.shared_bytes > SHARED_MEMORY_LIMIT:
+                raise RuntimeError(f"needs {c.shared_bytes} bytes of shared memory, over the {SHARED_MEMORY_LIMIT} limit")
+            print(f"ok   {label} ({c.seconds:.1f} s, {c.shared_bytes // 1024} KiB shared, loop body "
+                  f"{c.loop_instructions} PTX instructions / {c.loop_barriers} barriers)", flush=True)  # fmt: skip
         except Exception as exc:
             failures += 1
             print(f"FAIL {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

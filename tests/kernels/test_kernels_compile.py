@@ -24,3 +24,9 @@ def test_all_kernels_compile_for_hopper():
     assert proc.returncode == 0, proc.stderr[-4000:]
     compiled = [line for line in proc.stdout.splitlines() if line.startswith("ok ")]
     assert len(compiled) >= 15, proc.stdout
+    # the confidence kernel's per-lane candidate exists to cut the per-tile reductions: its loop waits less
+    barriers = {}
+    for line in compiled:
+        if "_partials_kernel" in line and "bfloat16 T=0.0" in line:
+            barriers["lanewise=True" in line] = int(line.split(" PTX instructions / ")[1].split(" ")[0])
+    assert barriers[True] < barriers[False], compiled
