@@ -136,7 +136,7 @@ class GraphedStatePool:
             state = free.pop() if free else None
         if state is None:
             return GraphedForward(self.model, KVCache(self.model.cfg, capacity, dtype=dtype, device=device), self.kernels)
-        state.truncate(0)
+        state.reset()
         return state
 
     def give(self, state: GraphedForward) -> None:

@@ -78,7 +78,7 @@ class Session:
                 cache = fresh.cache
                 cache.k[:, :, :, :n], cache.v[:, :, :, :n] = old.cache.k[:, :, :, :n], old.cache.v[:, :, :, :n]
                 cache.length = n
-                fresh.tokens, fresh.ends, fresh.last_logits = old.tokens, old.ends, old.last_logits
+                fresh.tokens, fresh.ends, fresh.last_logits = list(old.tokens), list(old.ends), old.last_logits
                 self._give_back(old)
             self._state = fresh
         return self._state

@@ -177,6 +177,11 @@ class CachedForward:
         self.ends.extend(range(block_end(start, block_size), self.cache.length, block_size))
         self.ends.append(self.cache.length)
 
+    def reset(self) -> None:
+        """Forget everything the cache holds; its memory (and any graphs bound to it) is kept for reuse."""
+        self.cache.truncate(0)
+        self.tokens, self.ends, self.last_logits = [], [], None
+
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` positions (``length`` must be a block end)."""
         if length == self.cache.length:

@@ -126,3 +126,16 @@ def test_a_released_cache_and_its_graphs_serve_the_next_conversation(engines):
         engine.generate(PROMPTS[1], max_new_tokens=4)
         engine.run_on_worker(lambda: None)  # the give-back runs on the model worker, after the job closes
         assert engine.graph_pool.free_count(default) == 1
+
+
+def test_a_grown_sessions_old_cache_in_the_pool_shares_nothing_with_it(engines):
+    """Growing a session hands its smaller cache to the pool; another session taking that one must not
+    disturb what the grown session remembers."""
+    engine = engines["on"]
+    grown = engine.new_session(capacity=32)
+    engine.generate(PROMPTS[0] * 4, session=grown, max_new_tokens=4)  # outgrows 32 positions
+    remembered = list(grown.tokens)
+    assert grown.state(1).cache.capacity > 32 and engine.graph_pool.free_count(32) >= 1
+    other = engine.new_session(capacity=32)
+    engine.generate(PROMPTS[0], session=other, max_new_tokens=4)
+    assert grown.tokens == remembered
