@@ -75,6 +75,7 @@ class Report:
     profiles: list[dict[str, object]] = field(default_factory=list)
     tuning: list[dict[str, object]] = field(default_factory=list)
     engine: list[dict[str, object]] = field(default_factory=list)
+    engine_at_scale: list[dict[str, object]] = field(default_factory=list)
     goals: list[dict[str, object]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -408,6 +409,34 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
             torch.cuda.empty_cache()
 
 
+def _engine_row(report: Report, model, shape, prompt: int, kernels: str, reps: int) -> None:
+    from latency_bench.gpu_engine import time_engine_pass
+
+    row = {"model": "dlm Transformer", "shape": shape.name, "prompt": prompt, "kernels": kernels,
+           **time_engine_pass(model, prompt, kernels, reps)}  # fmt: skip
+    lean = [r["pass_ms"] for r in report.models if (r["shape"], r["prompt"], r["path"]) == (shape.name, prompt, kernels)]
+    row["lean_bench_pass_ms"] = lean[0] if lean else None
+    report.engine_at_scale.append(row)
+    print(f"  engine model {shape.name} L={prompt} [{kernels}]: graphed {row['graphed_pass_ms']} ms, "
+          f"eager {row['eager_pass_ms']} ms, {row['eager_kernel_launches']} kernels", flush=True)  # fmt: skip
+
+
+def run_engine_at_scale(plan: Plan, report: Report) -> None:
+    """The engine's own model at the largest benchmark shape: what a real checkpoint of that size would cost
+    per pass, set beside the lean benchmark model's pass (the same weights to read, fewer kernels)."""
+    from latency_bench.gpu_engine import engine_model
+
+    shape = _shape(plan.shapes[-1])
+    model = engine_model(shape, max(plan.prompts) + 64, plan.device, torch.bfloat16)
+    for prompt in plan.prompts:
+        for kernels in plan.paths:
+            report.attempt(f"engine model {shape.name} L={prompt} [{kernels}]",
+                           partial(_engine_row, report, model, shape, prompt, kernels, max(1, plan.reps // 2)))  # fmt: skip
+    del model
+    if plan.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------- goals and output
 
 
@@ -486,6 +515,8 @@ def render_markdown(report: Report) -> str:
         *(f"Top kernels, {p['shape']} L={p['prompt']} [{p['path']}]:\n\n" + _table(p["top"]) for p in report.profiles),
         "## Engine: the demo checkpoint, eager vs CUDA-graphed denoising passes (same ids required)\n",
         _table(report.engine),
+        "## Engine model at scale (random weights, 16-token block; the lean benchmark model's pass beside it)\n",
+        _table(report.engine_at_scale),
     ]  # fmt: skip
     if report.errors:
         parts += ["## Errors\n", "```\n" + "\n".join(report.errors) + "\n```\n"]
@@ -561,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not args.skip_models:
         sections.append(("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"])))
+        sections.append(("engine model at scale", partial(run_engine_at_scale, plan, report)))
         missing = missing_engine_packages()
         if missing:
             report.env["engine_skipped"] = f"needs {', '.join(missing)} (pip install {' '.join(missing)})"

@@ -12,12 +12,15 @@ from __future__ import annotations
 import importlib.util
 import statistics
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
 if TYPE_CHECKING:
     from dlm.engine import Engine
+    from dlm.model import Transformer
+    from latency_bench.gpu_shapes import Shape
 
 ENGINE_PACKAGES = ("tokenizers", "safetensors")
 
@@ -72,3 +75,48 @@ def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
     if any(ids != decoded[0] for ids in decoded):
         raise AssertionError("a CUDA-graphed engine decoded different ids than the eager one")
     return rows
+
+
+def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.dtype) -> Transformer:
+    """The engine's own model (``dlm.model.Transformer``, SDAR family) at a benchmark shape, random weights."""
+    from dlm.config import ModelConfig
+    from dlm.model import Transformer
+
+    cfg = ModelConfig.from_hf({
+        "model_type": "sdar", "vocab_size": shape.vocab, "hidden_size": shape.hidden,
+        "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
+        "intermediate_size": shape.intermediate, "rope_theta": shape.rope_theta, "tie_word_embeddings": True,
+        "block_size": 16, "mask_token_id": shape.vocab - 1, "max_position_embeddings": context,
+    })  # fmt: skip
+    with torch.device(device):  # initialised where it runs: a 1.7B model never passes through host memory
+        model = Transformer(cfg)
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+def time_engine_pass(model: Transformer, prompt: int, kernels: str, reps: int) -> dict[str, object]:
+    """One denoising pass of a 16-token block after ``prompt`` cached positions, the way a session runs it
+    (``GraphedForward``: a captured graph on CUDA) and eagerly (``CachedForward``), with the eager pass's
+    kernel count and summed kernel time."""
+    from dlm.decoding.block_causal import CachedForward
+    from dlm.graphed_forward import GraphedForward
+    from dlm.kv_cache import KVCache
+    from latency_bench.kernels_timing import kernel_profile, time_ms
+
+    device, dtype, cfg = model.output_weight().device, model.output_weight().dtype, model.cfg
+
+    def cache() -> KVCache:
+        return KVCache(cfg, prompt + 32, dtype=dtype, device=device)
+
+    ids = torch.randint(0, cfg.vocab_size - 1, (prompt,), generator=torch.Generator().manual_seed(0)).tolist()
+    window = torch.full((16,), cfg.mask_token_id, dtype=torch.long, device=device)
+    rows = torch.arange(16, device=device)
+    figures: dict[str, object] = {}
+    with torch.no_grad():
+        for name, forward in (("graphed", GraphedForward(model, cache(), kernels)), ("eager", CachedForward(model, cache()))):
+            forward.extend(ids, 16)
+            one_pass = partial(forward.denoise, window, rows)
+            figures[f"{name}_pass_ms"] = round(time_ms(one_pass, device, 3, reps), 3)
+        profile = kernel_profile(one_pass, device)
+    figures.update(eager_kernel_launches=profile["kernel_launches"], eager_kernel_us=profile["kernel_us"])
+    return figures
