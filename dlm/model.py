@@ -25,10 +25,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 like every reference implementation, then scale in the input dtype.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # Normalise in fp32 like every reference implementation (one fused op), then scale in the input dtype.
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -86,15 +84,18 @@ def _yarn_inv_freq(inv_freq: torch.Tensor, s: dict, cfg: ModelConfig) -> tuple[t
     return mixed, float(s.get("attention_factor") or 0.1 * math.log(factor) + 1.0)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, L, D] cos/sin as ``apply_rope`` takes them, once per forward: broadcast over heads, in the
+    activations' dtype, and the sine's first half negated, so rotate-half is a swap of the halves."""
+    half = sin.shape[-1] // 2
+    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return cos[:, None].to(dtype), signed_sin[:, None].to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, H, L, D]; tables from :func:`rope_tables`: ``x * cos + rotate_half(x) * sin``."""
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, H, L, D]; cos/sin: [B, L, D]."""
-    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
-    return x * cos + _rotate_half(x) * sin
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
@@ -212,8 +213,8 @@ class Transformer(nn.Module):
             position_ids = position_ids.expand(ids.shape[0], -1)
         if attn_mask is not None and attn_mask.dim() == 3:
             attn_mask = attn_mask[:, None]  # broadcast over heads
-        rope = self.rotary(position_ids)
         x = self.model.embed_tokens(ids)
+        rope = rope_tables(*self.rotary(position_ids), x.dtype)
         for layer in self.model.layers:
             x = layer(x, rope, attn_mask, cache)
         return self.model.norm(x)
