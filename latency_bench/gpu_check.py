@@ -1,9 +1,14 @@
 """The GPU check: kernel correctness on the device, then kernel and model-shape timings vs their floors.
 
 Run ``latency_bench/gpu_check.sh`` on a CUDA machine (PyTorch + Triton only, < 5 minutes on an
-H200). It writes ``latency_bench/results/gpu_check_<date>.md`` and ``.json``. ``--dry-run`` runs
-every section on the CPU with tiny shapes (Triton in its interpreter), so the script itself is
-tested without a GPU; its figures mean nothing.
+H200). Sections: copy bandwidth; every kernel against its reference; each kernel launched from Python
+and replayed in a graph, against its torch reference and the bandwidth or compute floor; a sweep of the
+kernels' launch parameters; the issue's model shapes (Triton with the layer steps fused and unfused,
+torch), with a profile of where a pass's time goes; the engine on the demo checkpoint, graphs off and on;
+the engine's own model at the 1.7B shape. It writes ``latency_bench/results/gpu_check_<date>.md`` and
+``.json``; ``--render JSON`` redraws a saved report's tables. ``--dry-run`` runs every section on the CPU
+with tiny shapes (Triton in its interpreter), so the script itself is tested without a GPU; its figures
+mean nothing.
 
 Each section records its own failure and the run goes on, so one broken part does not hide the
 others; the exit status is non-zero if any check or section failed.
