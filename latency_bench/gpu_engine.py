@@ -90,8 +90,9 @@ def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.
         "block_size": 16, "mask_token_id": shape.vocab - 1, "max_position_embeddings": context,
     })  # fmt: skip
     with torch.device(device):  # initialised where it runs: a 1.7B model never passes through host memory
-        model = Transformer(cfg)
-    return model.to(dtype).eval().requires_grad_(False)
+        model = Transformer(cfg).to(dtype)
+        model.rotary = type(model.rotary)(cfg)  # the RoPE frequencies stay fp32, as dlm.checkpoint loads them
+    return model.eval().requires_grad_(False)
 
 
 def time_engine_pass(model: Transformer, prompt: int, kernels: str, reps: int) -> dict[str, object]:
