@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from dlm.scheduler import Delivery, Job, Scheduler
 from dlm.session import Session
 from dlm.tokenizer import IncrementalDecoder, Tokenizer
 from kernels.dispatch import kernel_path
+
+WORKER_NAME = "dlm-model"  # the model worker thread's name prefix
 
 T = TypeVar("T")
 Prompt = str | Sequence[int] | Sequence[dict[str, Any]]
@@ -138,7 +141,7 @@ class Engine:
         # One thread for all model work; autograd off there, once (generators interleave on it), and the
         # creating thread's torch thread count (a new thread would otherwise get torch's default).
         self.worker = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="dlm-model", initializer=_init_worker, initargs=(torch.get_num_threads(),)
+            1, thread_name_prefix=WORKER_NAME, initializer=_init_worker, initargs=(torch.get_num_threads(),)
         )
         self.scheduler = Scheduler(self.model, self.worker)
 
@@ -158,6 +161,10 @@ class Engine:
 
     def new_session(self, capacity: int | None = None) -> Session:
         return Session(self, capacity)
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is the model worker (where every pass runs, one at a time)."""
+        return threading.current_thread().name.startswith(WORKER_NAME)
 
     def run_on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` on the model worker and wait (from any thread but the worker itself)."""

@@ -13,6 +13,7 @@ tasks at once never run two passes concurrently.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -118,7 +119,16 @@ class Session:
         self._state = None
 
     def _give_back(self, state: CachedForward) -> None:
-        if isinstance(state, GraphedForward) and self.engine.graph_pool is not None:
-            self.engine.graph_pool.give(state)
+        """Return a graphed cache to the engine's pool. Off the model worker the give-back is queued there,
+        after whatever is queued already (a cancelled generation's close, say), so no pass can still be using
+        the cache when another session gets it."""
+        pool = self.engine.graph_pool
+        if not isinstance(state, GraphedForward) or pool is None:
+            return
+        if self.engine.on_worker():
+            pool.give(state)
+        else:
+            with contextlib.suppress(RuntimeError):  # the engine is closed: nothing to pool for
+                self.engine.worker.submit(pool.give, state)
 
     close = release

@@ -112,6 +112,7 @@ def test_a_released_cache_and_its_graphs_serve_the_next_conversation(engines):
     engine.generate(PROMPTS[1], session=first, max_new_tokens=8, threshold=0.5)
     used = first.state(1)
     first.release()
+    engine.run_on_worker(lambda: None)  # the give-back runs on the model worker, after anything queued there
     assert engine.graph_pool.free_count(96) == 1
 
     second = engine.new_session(capacity=96)
@@ -135,6 +136,7 @@ def test_a_grown_sessions_old_cache_in_the_pool_shares_nothing_with_it(engines):
     grown = engine.new_session(capacity=32)
     engine.generate(PROMPTS[0] * 4, session=grown, max_new_tokens=4)  # outgrows 32 positions
     remembered = list(grown.tokens)
+    engine.run_on_worker(lambda: None)
     assert grown.state(1).cache.capacity > 32 and engine.graph_pool.free_count(32) >= 1
     other = engine.new_session(capacity=32)
     engine.generate(PROMPTS[0], session=other, max_new_tokens=4)
