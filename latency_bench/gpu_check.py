@@ -243,8 +243,8 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
 
     bf16 = {"device": dev, "dtype": torch.bfloat16}
     for tokens in (BLOCK, max(plan.prompts)):
-        x, delta, gate_up = torch.randn(tokens, s.hidden, **bf16), torch.randn(tokens, s.hidden, **bf16), \
-            torch.randn(tokens, 2 * s.intermediate, **bf16)  # fmt: skip
+        x, delta = torch.randn(tokens, s.hidden, **bf16), torch.randn(tokens, s.hidden, **bf16)
+        gate_up = torch.randn(tokens, 2 * s.intermediate, **bf16)
         qkv = torch.randn(1, tokens, (s.heads + 2 * s.kv_heads) * s.head_dim, **bf16)
         k_cache, v_cache = (torch.zeros(1, tokens, s.kv_heads, s.head_dim, **bf16) for _ in range(2))
         angles, positions = torch.rand(tokens, s.head_dim // 2, device=dev), torch.arange(tokens, device=dev)
