@@ -18,6 +18,22 @@ def _spec(t: torch.Tensor) -> tuple[tuple[int, ...], torch.dtype, torch.device]:
     return tuple(t.shape), t.dtype, t.device
 
 
+def record_graph(fn: Callable[[], Any], warmup_iters: int = 2, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """``fn()`` captured into a new CUDA graph, and what the captured call returned. It is first run
+    ``warmup_iters`` times on a side stream, so lazy initialisation, Triton JIT and cuBLAS workspaces happen
+    outside the capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup_iters):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = fn()
+    return graph, outputs
+
+
 class GraphedCallable:
     """``fn`` captured for the shapes of ``example_inputs``; call it like ``fn``.
 
@@ -58,16 +74,7 @@ class GraphedCallable:
 
     def _capture(self, example_inputs: Sequence[torch.Tensor], warmup_iters: int, pool: Any) -> None:
         self.static_inputs = tuple(t.clone() for t in example_inputs)
-        # Warm up on a side stream (lazy init, Triton JIT, cuBLAS workspaces) before capture.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup_iters):
-                self.fn(*self.static_inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            self.static_outputs = self.fn(*self.static_inputs)
+        self.graph, self.static_outputs = record_graph(lambda: self.fn(*self.static_inputs), warmup_iters, pool)
 
     def _check(self, inputs: Sequence[torch.Tensor]) -> None:
         if len(inputs) != len(self._specs):

@@ -50,15 +50,9 @@ def time_graphed_ms(fn: Callable[[], object], device: torch.device, calls: int =
     CUDA, where there are no graphs."""
     if device.type != "cuda":
         return None
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # JIT, lazy init and allocator warm-up happen outside the capture
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+    from kernels.cuda_graphs import record_graph
+
+    graph, _ = record_graph(lambda: [fn() for _ in range(calls)], warmup_iters=1)
     return time_ms(graph.replay, device, warmup=2, reps=reps) / calls
 
 
