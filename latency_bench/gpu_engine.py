@@ -112,12 +112,13 @@ def time_engine_pass(model: Transformer, prompt: int, kernels: str, reps: int) -
     ids = torch.randint(0, cfg.vocab_size - 1, (prompt,), generator=torch.Generator().manual_seed(0)).tolist()
     window = torch.full((16,), cfg.mask_token_id, dtype=torch.long, device=device)
     rows = torch.arange(16, device=device)
-    figures: dict[str, object] = {}
+    forwards = {"graphed": GraphedForward(model, cache(), kernels), "eager": CachedForward(model, cache())}
+    passes, figures = {}, {}
     with torch.no_grad():
-        for name, forward in (("graphed", GraphedForward(model, cache(), kernels)), ("eager", CachedForward(model, cache()))):
+        for name, forward in forwards.items():
             forward.extend(ids, 16)
-            one_pass = partial(forward.denoise, window, rows)
-            figures[f"{name}_pass_ms"] = round(time_ms(one_pass, device, 3, reps), 3)
-        profile = kernel_profile(one_pass, device)
+            passes[name] = partial(forward.denoise, window, rows)
+            figures[f"{name}_pass_ms"] = round(time_ms(passes[name], device, 3, reps), 3)
+        profile = kernel_profile(passes["eager"], device)
     figures.update(eager_kernel_launches=profile["kernel_launches"], eager_kernel_us=profile["kernel_us"])
     return figures
