@@ -93,9 +93,11 @@ def new_optimizer(model: Transformer, opt_cfg: OptimConfig) -> torch.optim.AdamW
 
 
 def optimise(model: Transformer, optimizer: torch.optim.Optimizer, batch: Batch, opt_cfg: OptimConfig) -> float:
-    """One optimiser step on `batch` (loss normalised as `loss_weighting` says, gradients clipped); its loss."""
+    """One optimiser step on `batch` (loss normalised as `loss_weighting` says, matmuls in bf16 if `bf16`,
+    gradients clipped); its loss."""
     normaliser = len(batch.labels) if opt_cfg.loss_weighting == "masked_mean" else batch.weights.numel()
-    loss = diffusion_loss(model, batch, normaliser)
+    with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=opt_cfg.bf16):
+        loss = diffusion_loss(model, batch, normaliser)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), opt_cfg.grad_clip)

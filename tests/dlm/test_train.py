@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dlm.checkpoint import load_checkpoint
+from dlm.model import block_causal_mask, sdpa
 from dlm.train.candidates import curriculum_loss, train_with_candidates
 from dlm.train.config import CurriculumConfig, from_dict
 from dlm.train.encode import Encoded
@@ -97,6 +98,30 @@ def test_a_compiled_run_trains_as_the_eager_one_does(tmp_path: Path) -> None:
     assert compiled.losses == pytest.approx(eager.losses, rel=1e-3)
     model, _ = load_checkpoint(compiled.out_dir)
     assert model.cfg.num_layers == 1
+
+
+def test_a_bf16_run_trains_close_to_the_fp32_one(tmp_path: Path) -> None:
+    # bf16 matmuls round differently (so the losses move), but the same batches and init keep them close
+    fp32 = train(from_dict(tiny_run(tmp_path / "fp32", steps=6)), progress=False)
+    config = tiny_run(tmp_path / "bf16", steps=6)
+    config["train"]["bf16"] = True
+    bf16 = train(from_dict(config), progress=False)
+    assert bf16.losses != fp32.losses
+    assert bf16.losses == pytest.approx(fp32.losses, rel=3e-2)
+    model, _ = load_checkpoint(bf16.out_dir)
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_attention_stays_fp32_under_cpu_autocast() -> None:
+    # bf16 training autocasts the projections only: the CPU's bf16 attention trains slower and rounds more
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, heads, 10, 16, generator=gen) for heads in (4, 2, 2))
+    mask = block_causal_mask(10, 4)
+    plain = sdpa(q, k, v, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = sdpa(q, k, v.bfloat16(), mask)
+    assert autocast.dtype == torch.float32
+    assert torch.allclose(autocast, plain, atol=1e-2) and not torch.equal(autocast, plain)
 
 
 @pytest.mark.parametrize(("curriculum_steps", "until_loss", "switch"), [(0, 0.0, 0), (4, 0.0, 4), (10, 99.0, 3)])

@@ -1,4 +1,5 @@
-"""The training-step benchmark times eager and compiled steps of a config's shape and reports their ratio."""
+"""The training-step benchmark times eager, compiled and compiled bf16 steps of a config's shape and reports
+their ratios."""
 
 import json
 
@@ -29,7 +30,9 @@ def test_train_step_bench_json(tmp_path, capsys):
     assert main(["train-step", "--config", str(config), "--steps", "2", "--examples", "60", "--threads", "1",
                  "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    for mode in ("eager", "compiled"):
+    for mode in ("eager", "compiled", "compiled_bf16"):
         assert report[mode]["median_s"] > 0 and report[mode]["warmup_s"] > 0
-    assert report["speedup_median"] == report["eager"]["median_s"] / report["compiled"]["median_s"]
-    assert "compiled is" in capsys.readouterr().out
+    ratio = report["speedup_compiled_bf16_vs_compiled"]
+    assert ratio["median"] == report["compiled"]["median_s"] / report["compiled_bf16"]["median_s"]
+    assert ratio["mean"] == report["compiled"]["mean_s"] / report["compiled_bf16"]["mean_s"]
+    assert "compiled_bf16 is" in capsys.readouterr().out
