@@ -5,10 +5,14 @@ low    Fast-dLLM's factor rule at 1.5 (many tokens per pass) and, where the chec
 medium the factor rule at 0.8 (`confidence.by_factor`)
 high   one token per pass (passes per block = block size)
 
-On the demo checkpoint the factor rules decode more tokens per pass than the thresholds they replaced
-(0.7 for low, 0.85 for medium) and are more exact too (README, "How many tokens a pass commits").
+Every effort commits left to right: a pass takes a run of the leftmost masked positions that its rule
+allows (`confidence.leftmost_run`), not the most confident ones wherever they are. On the demo checkpoint
+that is more exact at as many tokens per pass, and the factor rules decode more tokens per pass than the
+thresholds they replaced (0.7 for low, 0.85 for medium) and are more exact too (README, "How many tokens a
+pass commits").
 
-Raw knobs (block size, first block size, threshold, factor, passes per block) override what the effort picks.
+Raw knobs (block size, first block size, threshold, factor, passes per block, order) override what the effort
+picks.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ SMALL_FIRST_BLOCK = 4
 @dataclass(frozen=True)
 class PassRule:
     """How many masked positions one pass of an effort commits: every one above ``threshold``, or the most
-    confident ones under the factor rule, or (neither) one per pass."""
+    confident ones under the factor rule, or (neither) one per pass; ``in_order``: as a run of the leftmost."""
 
     threshold: float | None = None
     factor: float | None = None
+    in_order: bool = True
 
 
 PASS_RULES: dict[str, PassRule] = {"low": PassRule(factor=1.5), "medium": PassRule(factor=0.8), "high": PassRule()}
@@ -50,6 +55,7 @@ class Knobs:
     factor: float | None = None
     passes_per_block: int | None = None
     sub_block: int | None = None
+    in_order: bool | None = None  # False: commit the most confident positions, wherever they are
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
@@ -96,6 +102,7 @@ def resolve(
         threshold=threshold,
         factor=factor,
         passes_per_block=passes,
+        in_order=rule.in_order if knobs.in_order is None else knobs.in_order,
         sampling=Sampling(temperature=knobs.temperature, top_p=knobs.top_p, top_k=knobs.top_k),
         max_new_tokens=knobs.max_new_tokens,
         stop_ids=stop_ids,

@@ -237,7 +237,8 @@ class Engine:
         """Final text pieces as they are decoded. Cancelling frees the session's cache memory.
 
         Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold, factor,
-        passes_per_block, sub_block, temperature, top_p, top_k, seed, tools, stop_ids (extra stop ids).
+        passes_per_block, sub_block, in_order (block-causal families), temperature, top_p, top_k, seed, tools,
+        stop_ids (extra stop ids).
         """
         owned = session is None  # a session made for this call alone gives its cache back at the end
         knobs, session, run, steps = self._prepare(prompt, session, opts)

@@ -9,7 +9,8 @@ Measures, on dialogues whose request templates and values never occur in trainin
   kept when it is valid, decoded again under the schema when it is not) and how often the draft is kept,
 - tokens per forward pass at each effort.
 Without --model it evaluates the shipped checkpoint. `--threshold` / `--factor` decode every effort asked
-for (`--efforts`) with that rule instead of the effort's own, to compare rules on the same sample.
+for (`--efforts`) with that rule instead of the effort's own, and `--confidence-order` commits each pass's
+most confident positions instead of a run of the leftmost, to compare rules on the same sample.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Assistant:
     """A checkpoint plus the two ways the product decodes a turn: the engine's free block diffusion and the
     API's JSON-schema constrained tool call."""
 
-    def __init__(self, engine: Engine, block_size: int | None = None, rule: dict[str, float] | None = None):
+    def __init__(self, engine: Engine, block_size: int | None = None, rule: dict[str, Any] | None = None):
         self.engine, self.model, self.tokenizer = engine, engine.model, engine.tokenizer
         self.block_size = block_size
         self.rule = rule or {}  # a threshold or factor replacing each effort's own (see main)
@@ -272,13 +273,17 @@ def main(argv: list[str] | None = None) -> None:
     rule.add_argument("--threshold", type=float, help="decode with this confidence threshold instead of the "
                                                       "efforts' own rules")
     rule.add_argument("--factor", type=float, help="decode with the factor rule at this factor instead")
+    parser.add_argument("--confidence-order", action="store_true",
+                        help="commit each pass's most confident positions instead of a run of the leftmost")
     args = parser.parse_args(argv)
     efforts = tuple(e.strip() for e in args.efforts.split(",") if e.strip())
     if not efforts or set(efforts) - set(EFFORTS):
         parser.error(f"--efforts takes some of {', '.join(EFFORTS)}, got {args.efforts!r}")
     torch.set_num_threads(args.threads)
     started = time.monotonic()
-    rule = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
+    rule: dict[str, Any] = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
+    if args.confidence_order:
+        rule["in_order"] = False
     assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule)
     report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts)
     report["rule"] = rule or "each effort's own"

@@ -4,7 +4,7 @@ Each block is a window that starts where the KV cache ends (so a prompt tail tha
 decoded inside the first window, as the references do) and ends on a multiple of its size. Passes attend
 to the cache and bidirectionally inside the window; each unmasks the confident positions of the current
 sub-block (every one above the threshold, or the most confident ones under the factor rule, at least one)
-or a fixed share of them; once the window is full its KV is committed. Because unmasked tokens are never
+or a fixed share of them, or with ``in_order`` the same rule as a run of the leftmost masked positions; once the window is full its KV is committed. Because unmasked tokens are never
 remasked, the contiguous decoded prefix of the window is final at once and is yielded immediately.
 
 Token-shift families (Fast-dLLM v2) predict position i from output i-1: the first position of a window
@@ -60,6 +60,7 @@ class BlockPolicy:
     threshold: float | None = 0.9  # every position above it (None: the factor rule or fixed passes per block)
     passes_per_block: int | None = None
     factor: float | None = None  # the factor rule (confidence.by_factor) instead of a threshold
+    in_order: bool = False  # the rule picks a run of the leftmost masked positions (confidence.leftmost_run)
     sampling: Sampling = GREEDY
     max_new_tokens: int = 128
     stop_ids: frozenset[int] = field(default_factory=frozenset)
@@ -259,11 +260,11 @@ def _select(
     policy: BlockPolicy, fused: bool, logits: torch.Tensor, share: int, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens for the candidate rows, and which of them to unmask this pass (``fused``: on the kernel path)."""
-    if fused and policy.threshold is not None:
+    if fused and policy.threshold is not None and not policy.in_order:
         return above_threshold_fused(logits, policy.sampling, policy.threshold, generator)
     picked, conf = (pick_tokens_fused if fused else pick_tokens)(logits, policy.sampling, generator)
     every = torch.ones_like(conf, dtype=torch.bool)
-    return picked, by_rule(conf, every, policy.threshold, policy.factor, share)
+    return picked, by_rule(conf, every, policy.threshold, policy.factor, share, policy.in_order)
 
 
 @dataclass
