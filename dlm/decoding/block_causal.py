@@ -4,8 +4,9 @@ Each block is a window that starts where the KV cache ends (so a prompt tail tha
 decoded inside the first window, as the references do) and ends on a multiple of its size. Passes attend
 to the cache and bidirectionally inside the window; each unmasks the confident positions of the current
 sub-block (every one above the threshold, or the most confident ones under the factor rule, at least one)
-or a fixed share of them, or with ``in_order`` the same rule as a run of the leftmost masked positions; once the window is full its KV is committed. Because unmasked tokens are never
-remasked, the contiguous decoded prefix of the window is final at once and is yielded immediately.
+or a fixed share of them, or with ``in_order`` the same rule as a run of the leftmost masked positions;
+once the window is full its KV is committed. Because unmasked tokens are never remasked, the contiguous
+decoded prefix of the window is final at once and is yielded immediately.
 
 Token-shift families (Fast-dLLM v2) predict position i from output i-1: the first position of a window
 is predicted by the last committed logit, so it is filled without a pass (the reference's
