@@ -75,7 +75,7 @@ class Assistant:
     def __init__(self, engine: Engine, block_size: int | None = None, rule: dict[str, Any] | None = None):
         self.engine, self.model, self.tokenizer = engine, engine.model, engine.tokenizer
         self.block_size = block_size
-        self.rule = rule or {}  # a threshold or factor replacing each effort's own (see main)
+        self.rule = rule or {}  # a threshold or factor, or the pass order, replacing each effort's own (see main)
         self.call_open = self.tokenizer.special_tokens[TOOL_CALL]
         self.call_close = self.tokenizer.special_tokens[TOOL_CALL_END]
         self.vocab = vocab_strings(self.tokenizer.backend)

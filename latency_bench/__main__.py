@@ -14,7 +14,7 @@ BENCHMARKS = {
     "dlm": ("latency_bench.dlm_bench", "first-block latency: engine vs autoregressive vs vanilla diffusion"),
     "voice": ("latency_bench.voice_bench", "per-stage and voice-to-voice latency: full design vs baselines"),
     "api": ("latency_bench.api_bench", "OpenAI API under concurrent clients: first chunk and tokens/s vs AR"),
-    "train-step": ("latency_bench.train_step_bench", "training step time: eager, torch.compile'd layers, compiled with bf16 matmuls"),
+    "train-step": ("latency_bench.train_step_bench", "training step time: eager, compiled, compiled with bf16 matmuls"),
     "asr-window": ("latency_bench.asr_window_bench", "final-pass Whisper window: word error rate and time, 30 s vs 10 s"),
 }
 

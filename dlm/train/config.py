@@ -56,7 +56,7 @@ class OptimConfig:
     compile: bool = False  # torch.compile each decoder layer: about 20 s of compiling, then steps 1.24x as
     # fast on the 2-core CPU (fused norms, RoPE and SwiGLU; `python -m latency_bench train-step`)
     bf16: bool = False  # autocast the step's matmuls to bf16 (fp32 weights, optimiser and attention): on a
-    # CPU with AMX the compiled demo step is about 1.35x as fast (`python -m latency_bench train-step`)
+    # CPU with AMX the compiled demo step is 1.27x as fast (`python -m latency_bench train-step`)
     max_minutes: float = 28.0  # training time (all sessions of a run) after which it stops, saved and exported,
     # and by which its learning rate has decayed (see train.learning_rate)
 
