@@ -10,6 +10,9 @@ the KV write offset are device tensors. One graph is captured per (queries, stor
 Masked keys get zero attention weight, so the logits equal :class:`CachedForward`'s up to the summation
 order. On the Triton kernel path a plain window's attention is the block-attention kernel, which reads the
 cache in place and skips the keys past the length; SDPA, the torch path, reads the whole cache.
+Qwen3-shaped models (SDAR, the demo checkpoint) run the pass as fused steps instead
+(:mod:`dlm.fused_layers`): their window's K/V is written into the cache past the length as scratch and every
+attention reads the cache in place, on either kernel path.
 Off CUDA the same static-shape code runs eagerly (``kernels.capture`` is a pass-through there), which is
 how the CPU tests check it against the eager forward.
 """
@@ -17,11 +20,14 @@ how the CPU tests check it against the eager forward.
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from dlm.decoding.block_causal import CachedForward
+from dlm.decoding.prefill import ChunkForward
+from dlm.fused_layers import fusable, fused_layers, fused_prefill_chunk, fused_window_logits
 from dlm.kv_cache import KVCache
 from dlm.model import Transformer, sdpa
 from kernels.block_attention import block_attention
@@ -76,9 +82,12 @@ class GraphedForward(CachedForward):
         self.kernels = kernels
         self._graphs: dict[tuple[int, int], GraphedCallable] = {}
         self._length = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._fused = fused_layers(model) if fusable(model.cfg) else None  # before any capture binds the weights
 
     def _static_pass(self, store: int):
         capacity, model = self.cache.capacity, self.model
+        if self._fused is not None:
+            return partial(fused_window_logits, model, self._fused, self.cache, store=store, kernels=self.kernels)
 
         def run(ids: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
             n = ids.shape[1]
@@ -92,6 +101,13 @@ class GraphedForward(CachedForward):
             return F.linear(hidden[0], model.output_weight())
 
         return run
+
+    def prefill_chunk(self, block_size: int) -> ChunkForward | None:
+        """The fused layers, eager: a prompt is prefilled once per turn, in chunks of varying length."""
+        if self._fused is None:
+            return None
+        return partial(fused_prefill_chunk, self.model, self._fused, self.cache, block_size=block_size,
+                       kernels=self.kernels)  # fmt: skip
 
     def _replay(self, ids: torch.Tensor, store: int) -> torch.Tensor:
         """Logits [n, V] for ``ids`` after the cache, storing the KV of the first ``store`` of them."""

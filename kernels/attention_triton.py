@@ -219,7 +219,9 @@ def block_attention(
     block_d = max(16, triton.next_power_of_2(D))
     if splits is None:
         if device.type == "cuda":
-            splits = triton.cdiv(2 * sm_count(device), B * h_kv * triton.cdiv(n_rows, block_m))
+            # at most two programs per SM, rounded down: a third partial wave cost 28% at B8 over 4K keys
+            # (splits 5 vs 4, latency_bench/results/gpu_check_h200_2026-12-04_run3.md)
+            splits = 2 * sm_count(device) // (B * h_kv * triton.cdiv(n_rows, block_m))
         else:
             splits = 2
     splits = max(1, min(splits, triton.cdiv(cap, block_n)))

@@ -157,12 +157,18 @@ def _select_kernel(
         tl.store(masked_ptr + m_off, tl.zeros([BLOCK_N], tl.uint8), mask=commit)
         tl.store(count_ptr + b, tl.sum(commit.to(tl.int64), 0))
 
+# Per-lane accumulation pays once a program streams this many vocabulary tiles: on an H200 it won at every
+# split size of three tiles or more (up to 1.8x at one split per row) and lost at two (0.0091 vs 0.0069 ms).
+LANEWISE_MIN_TILES = 3
+
 
 def _plan_splits(rows: int, vocab: int, block_v: int, splits: int | None, device: torch.device) -> int:
-    """Enough programs to fill the GPU (a few per SM); one split per row in the interpreter."""
+    """About two programs per SM (one split per row in the interpreter): on an H200, 16 rows in 15 splits
+    of five tiles took 0.0070 ms lanewise against 0.0084 for four programs per SM in splits of three
+    (``latency_bench/results/gpu_check_h200_2026-12-04_run3.md``, tuning sweep)."""
     tiles = triton.cdiv(vocab, block_v)
     if splits is None:
-        splits = triton.cdiv(4 * sm_count(device), rows) if device.type == "cuda" else 1
+        splits = triton.cdiv(2 * sm_count(device), rows) if device.type == "cuda" else 1
     return max(1, min(splits, tiles, 1024))
 
 
@@ -178,7 +184,7 @@ def confidence_select(
     splits: int | None = None,
     strict: bool = False,
     tempered: bool = False,
-    lanewise: bool = False,
+    lanewise: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch both stages on batched ``[B, N, V]`` logits; commits in place when ``ids`` is given.
 
@@ -186,8 +192,8 @@ def confidence_select(
     1-element int64 device tensor (so CUDA graphs can change it between replays); ``out`` are
     optional contiguous ``[B, N]`` buffers for conf and token. ``strict`` and ``tempered`` as in
     ``kernels.reference.commit_ref`` / ``confidence_and_token_ref``. ``lanewise``: the streaming stage's
-    per-lane accumulation (fewer reductions per tile), a candidate the GPU check's sweep times against the
-    default before it can become one.
+    per-lane accumulation (one reduction per split instead of three per tile); None chooses it when each
+    program streams at least :data:`LANEWISE_MIN_TILES` tiles, where the GPU check's sweep measured it faster.
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:
@@ -198,6 +204,8 @@ def confidence_select(
     n_splits = _plan_splits(B * N, V, block_v, splits, device)
     chunk = triton.cdiv(triton.cdiv(V, n_splits), block_v) * block_v
     n_splits = triton.cdiv(V, chunk)
+    if lanewise is None:
+        lanewise = chunk // block_v >= LANEWISE_MIN_TILES
     rows = B * N
     f32 = dict(dtype=torch.float32, device=device)
     part_max, part_sum, part_score, part_logit = (torch.empty(rows * n_splits, **f32) for _ in range(4))

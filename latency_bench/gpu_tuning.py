@@ -41,15 +41,15 @@ def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...])
 
     rows = []
     widths = (512, 1024) if device.type == "cpu" else (1024, 2048, 4096, 8192)
-    variants = itertools.product(widths, (1, 4, 16, None), (False, True))
+    variants = list(itertools.product(widths, (1, 4, 16, None), (False, True)))  # swept again for each batch
     for batch in batches:
         logits = torch.randn(batch, 16, vocab, device=device).to(torch.bfloat16)
         masked = torch.ones(batch, 16, dtype=torch.bool, device=device)
-        for block_v, splits, lanewise in itertools.chain([(None, None, False)], variants):
+        for block_v, splits, lanewise in itertools.chain([(None, None, None)], variants):
             run = partial(confidence_select, logits, masked, None, 0.0, 0.0, None, block_v=block_v, splits=splits,
                           lanewise=lanewise)  # fmt: skip
             params = "auto" if block_v is None else f"block_v={block_v} splits={splits or 'auto'}"
-            params += " lanewise" * lanewise
+            params += " lanewise" * bool(lanewise)
             rows.append({"kernel": "confidence", "shape": f"{batch}x16x{vocab}", "params": params,
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return _mark_best(rows)

@@ -44,7 +44,7 @@ from dlm.decoding.confidence import (
     pick_tokens,
     pick_tokens_fused,
 )
-from dlm.decoding.prefill import prefill_blocks
+from dlm.decoding.prefill import ChunkForward, prefill_blocks
 from dlm.decoding.schedule import block_end, block_sizes, segment_mask, transfer_counts
 from dlm.kv_cache import KVCache
 from dlm.model import Transformer
@@ -172,12 +172,15 @@ class CachedForward:
         if not ids:
             return
         start = self.cache.length
-        self.last_logits = prefill_blocks(
-            self.model, self.cache, torch.tensor(ids, dtype=torch.long, device=self.device), block_size
-        )
+        self.last_logits = prefill_blocks(self.model, self.cache, torch.tensor(ids, dtype=torch.long, device=self.device),
+                                          block_size, run_chunk=self.prefill_chunk(block_size))  # fmt: skip
         self.tokens.extend(ids)
         self.ends.extend(range(block_end(start, block_size), self.cache.length, block_size))
         self.ends.append(self.cache.length)
+
+    def prefill_chunk(self, block_size: int) -> ChunkForward | None:
+        """How prefill runs a chunk: None for the model's own layers (subclasses with faster ones override)."""
+        return None
 
     def reset(self) -> None:
         """Forget everything the cache holds; its memory (and any graphs bound to it) is kept for reuse."""

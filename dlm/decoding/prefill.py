@@ -8,6 +8,8 @@ projection of a 2k-token prompt would otherwise be the biggest tensor of the who
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from dlm.decoding.schedule import block_end
@@ -24,13 +26,19 @@ def chunk_mask(cached: int, length: int, block_size: int, device: torch.device) 
     return torch.cat((torch.ones(length, cached, dtype=torch.bool, device=device), inside), dim=1)
 
 
+ChunkForward = Callable[[torch.Tensor], torch.Tensor]  # ids [1, n] after the cache -> hidden [1, n, hidden]
+
+
 @torch.no_grad()
 def prefill_blocks(
-    model: Transformer, cache: KVCache, ids: torch.Tensor, block_size: int, chunk: int = DEFAULT_CHUNK
+    model: Transformer, cache: KVCache, ids: torch.Tensor, block_size: int, chunk: int = DEFAULT_CHUNK,
+    run_chunk: ChunkForward | None = None,
 ) -> torch.Tensor | None:
     """Append ``ids`` [L] to the cache; returns the logits [V] of the last position (None if L == 0).
 
     Positions continue after ``cache.length``; blocks are aligned at absolute multiples of ``block_size``.
+    ``run_chunk`` runs one chunk, block-causal after the cache, storing its K/V (default: the model's own
+    layers under :func:`chunk_mask`; the fused layers bring their own).
     """
     blocks_per_chunk = max(1, chunk // block_size)
     last = None
@@ -42,8 +50,11 @@ def prefill_blocks(
             end = block_end(cache.length, block_size) + (blocks_per_chunk - 1) * block_size
             piece = ids[offset:offset + end - cache.length]
             offset += piece.shape[0]
-            mask = chunk_mask(cache.length, piece.shape[0], block_size, piece.device)
-            hidden = model.hidden_states(piece[None], attn_mask=mask, cache=cache)
+            if run_chunk is None:
+                mask = chunk_mask(cache.length, piece.shape[0], block_size, piece.device)
+                hidden = model.hidden_states(piece[None], attn_mask=mask, cache=cache)
+            else:
+                hidden = run_chunk(piece[None])
             cache.commit(piece.shape[0])
             last = hidden[0, -1]
     finally:

@@ -1,0 +1,84 @@
+"""The fused layer path of Qwen3-shaped models: the same logits and cache contents as the model's own layers,
+with the weights stacked in place rather than copied, on both kernel paths (Triton interpreted on the CPU)."""
+
+from functools import partial
+
+import pytest
+import torch
+
+from dlm.checkpoint import load_checkpoint
+from dlm.decoding.block_causal import CachedForward
+from dlm.decoding.prefill import prefill_blocks
+from dlm.fused_layers import fusable, fused_layers, fused_prefill_chunk, fused_window_logits
+from dlm.kv_cache import KVCache
+from kernels.dispatch import triton_available
+
+needs_triton = pytest.mark.skipif(not triton_available(), reason="needs the triton package")
+
+
+def test_stacking_rebinds_the_projections_as_views_without_changing_them(fixtures_dir):
+    model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    layers = fused_layers(model)
+    assert fused_layers(model) is layers  # built once per model
+    attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+    for linear in (attn.q_proj, attn.k_proj, attn.v_proj):
+        assert linear.weight.untyped_storage().data_ptr() == layers[1].qkv.untyped_storage().data_ptr()
+    assert mlp.up_proj.weight.untyped_storage().data_ptr() == layers[1].gate_up.untyped_storage().data_ptr()
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    for name, tensor in before.items():
+        assert torch.equal(after[name], tensor), name
+
+
+def test_families_with_qkv_bias_are_not_fused(fixtures_dir):
+    model, _ = load_checkpoint(fixtures_dir / "fast_dllm_v2" / "checkpoint")
+    assert not fusable(model.cfg)
+    with pytest.raises(ValueError, match="fused layers need"):
+        fused_layers(model)
+
+
+@pytest.mark.parametrize("kernels", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_fused_pass_matches_the_models_layers(fixtures_dir, kernels):
+    model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
+    gen = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, model.cfg.vocab_size - 2, (13,), generator=gen).tolist()
+    eager, fused_cache = CachedForward(model, KVCache(model.cfg, 64)), KVCache(model.cfg, 64)
+    eager.extend(prompt, 4)
+    fused_cache.k.copy_(eager.cache.k)
+    fused_cache.v.copy_(eager.cache.v)
+    mask = model.cfg.mask_token_id
+    window, pending = torch.tensor([mask, 7, mask, mask]), torch.tensor([21, 22, 23, 24])
+    length = torch.tensor([eager.length])
+    layers = fused_layers(model)
+
+    got = fused_window_logits(model, layers, fused_cache, window[None], length, store=0, kernels=kernels)
+    torch.testing.assert_close(got, eager.denoise(window, torch.arange(4)), atol=1e-5, rtol=1e-5)
+
+    # A finished block committed in the same pass: its rows do not see the window, and its K/V is stored.
+    ids = torch.cat((pending, window))[None]
+    got = fused_window_logits(model, layers, fused_cache, ids, length, store=4, kernels=kernels)
+    want = eager.denoise(window, torch.arange(4), pending)
+    torch.testing.assert_close(got[4:], want, atol=1e-5, rtol=1e-5)
+    n = eager.length
+    torch.testing.assert_close(fused_cache.k[:, :, :, :n], eager.cache.k[:, :, :, :n], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(fused_cache.v[:, :, :, :n], eager.cache.v[:, :, :, :n], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernels", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_fused_prefill_fills_the_cache_like_the_models_layers(fixtures_dir, kernels):
+    """Two prompts, the second starting inside a block, in chunks of two blocks: the same K/V and last logits."""
+    model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
+    gen = torch.Generator().manual_seed(2)
+    first, second = (torch.randint(0, model.cfg.vocab_size - 2, (n,), generator=gen) for n in (13, 11))
+    layers = fused_layers(model)
+    caches = {name: KVCache(model.cfg, 48) for name in ("model", "fused")}
+    for prompt in (first, second):
+        want = prefill_blocks(model, caches["model"], prompt, 4, chunk=8)
+        got = prefill_blocks(model, caches["fused"], prompt, 4, chunk=8, run_chunk=partial(
+            fused_prefill_chunk, model, layers, caches["fused"], block_size=4, kernels=kernels))
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert caches["fused"].length == caches["model"].length == 24
+    for name in ("k", "v"):
+        torch.testing.assert_close(getattr(caches["fused"], name)[:, :, :, :24],
+                                   getattr(caches["model"], name)[:, :, :, :24], atol=1e-6, rtol=1e-6)
