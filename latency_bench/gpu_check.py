@@ -423,7 +423,9 @@ def _engine_row(report: Report, model, shape, prompt: int, kernels: str, reps: i
     row["lean_bench_pass_ms"] = lean[0] if lean else None
     report.engine_at_scale.append(row)
     print(f"  engine model {shape.name} L={prompt} [{kernels}]: graphed {row['graphed_pass_ms']} ms, "
-          f"eager {row['eager_pass_ms']} ms, {row['eager_kernel_launches']} kernels", flush=True)  # fmt: skip
+          f"eager {row['eager_pass_ms']} ms, {row['eager_kernel_launches']} kernels; prefill graphed-forward "
+          f"{row['graphed_prefill_ms']} / eager {row['eager_prefill_ms']} ms, first block cold "
+          f"{row['first_block_cold_ms']} ms", flush=True)  # fmt: skip
 
 
 def run_engine_at_scale(plan: Plan, report: Report) -> None:

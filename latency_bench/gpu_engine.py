@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from dlm.decoding.block_causal import CachedForward
     from dlm.engine import Engine
     from dlm.model import Transformer
     from latency_bench.gpu_shapes import Shape
@@ -97,8 +98,10 @@ def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.
 
 def time_engine_pass(model: Transformer, prompt: int, kernels: str, reps: int) -> dict[str, object]:
     """One denoising pass of a 16-token block after ``prompt`` cached positions, the way a session runs it
-    (``GraphedForward``: a captured graph on CUDA) and eagerly (``CachedForward``), with the eager pass's
-    kernel count and summed kernel time."""
+    (``GraphedForward``: a captured graph on CUDA, fused layers for this Qwen3 shape) and eagerly
+    (``CachedForward``), each forward's prefill of the prompt, the first block cold (that prefill and four
+    graphed passes), the eager pass's kernel count and summed kernel time, and how closely the two passes'
+    logits agree."""
     from dlm.decoding.block_causal import CachedForward
     from dlm.graphed_forward import GraphedForward
     from dlm.kv_cache import KVCache
@@ -116,9 +119,20 @@ def time_engine_pass(model: Transformer, prompt: int, kernels: str, reps: int) -
     passes, figures = {}, {}
     with torch.no_grad():
         for name, forward in forwards.items():
-            forward.extend(ids, 16)
+            figures[f"{name}_prefill_ms"] = round(time_ms(partial(_prefill, forward, ids), device, 1, reps), 3)
             passes[name] = partial(forward.denoise, window, rows)
             figures[f"{name}_pass_ms"] = round(time_ms(passes[name], device, 3, reps), 3)
         profile = kernel_profile(passes["eager"], device)
+        graphed, eager = (passes[name]().float() for name in ("graphed", "eager"))
+    # the two paths round differently in bf16: how far apart their logits end up, and whether they pick alike
+    figures["logits_max_diff"] = round(float((graphed - eager).abs().max()), 4)
+    figures["argmax_agree"] = round(float((graphed.argmax(-1) == eager.argmax(-1)).float().mean()), 3)
+    figures["first_block_cold_ms"] = round(figures["graphed_prefill_ms"] + 4 * figures["graphed_pass_ms"], 3)
     figures.update(eager_kernel_launches=profile["kernel_launches"], eager_kernel_us=profile["kernel_us"])
     return figures
+
+
+def _prefill(forward: CachedForward, ids: list[int]) -> None:
+    """The prompt into an emptied cache, as a new conversation's first turn does."""
+    forward.reset()
+    forward.extend(ids, 16)
