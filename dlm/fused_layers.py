@@ -140,17 +140,21 @@ def fused_window_logits(model: Transformer, layers: list[FusedLayer], cache: KVC
 
 
 def fused_prefill_chunk(model: Transformer, layers: list[FusedLayer], cache: KVCache, ids: torch.Tensor,
-                        block_size: int, kernels: str) -> torch.Tensor:  # fmt: skip
-    """Hidden states ``[1, n, hidden]`` of a prompt chunk ``ids`` ``[1, n]`` after the cache, block-causal over
-    absolute positions, its K/V stored (what :func:`dlm.decoding.prefill.prefill_blocks` runs per chunk; the
-    caller commits it)."""
-    start, n = cache.length, ids.shape[1]
-    if start + n > cache.capacity:
+                        start: int | torch.Tensor, block_size: int, kernels: str) -> torch.Tensor:  # fmt: skip
+    """Hidden states ``[1, n, hidden]`` of a prompt chunk ``ids`` ``[1, n]`` at positions ``start..``, block-causal
+    over absolute positions, its K/V stored there (what :func:`dlm.decoding.prefill.prefill_blocks` runs per
+    chunk; the caller commits it). With ``start`` a 1-element device tensor (a graphed prefill) the attention
+    reads the whole cache: the block-causal rule hides every block after the queries' own, so the chunk must
+    then end on a block boundary (else its last block's queries would see stale rows after it)."""
+    n = ids.shape[1]
+    if isinstance(start, int) and start + n > cache.capacity:
         raise ValueError(f"KV cache full: {start + n} positions needed, capacity {cache.capacity}")
 
     def attend(layer: int, q: torch.Tensor) -> torch.Tensor:
-        k_cache, v_cache = (t[:, : start + n] for t in _sequence_major(cache, layer))
+        k_cache, v_cache = _sequence_major(cache, layer)
+        if isinstance(start, int):
+            k_cache, v_cache = k_cache[:, : start + n], v_cache[:, : start + n]
         return block_causal_attention(q, k_cache, v_cache, block_size, q_offset=start, path=kernels)
 
-    positions = torch.arange(start, start + n, device=ids.device)
+    positions = start + torch.arange(n, device=ids.device)
     return _hidden_states(model, layers, cache, ids, positions, attend, kernels)

@@ -34,6 +34,7 @@ from kernels.block_attention import block_attention
 from kernels.cuda_graphs import GraphedCallable, capture
 
 GRAPH_SETTINGS = ("auto", "on", "off")
+MIN_PREFILL_GRAPH = 64  # the shortest padded prefill chunk a graph is captured for (few graphs, little padding)
 
 
 def graphs_enabled(setting: str, device: torch.device) -> bool:
@@ -80,7 +81,7 @@ class GraphedForward(CachedForward):
         """``kernels``: the resolved kernel path ("triton" or "torch") of plain windows' attention."""
         super().__init__(model, cache)
         self.kernels = kernels
-        self._graphs: dict[tuple[int, int], GraphedCallable] = {}
+        self._graphs: dict[tuple[object, ...], GraphedCallable] = {}  # (queries, stored rows) or a prefill's
         self._length = torch.zeros(1, dtype=torch.long, device=self.device)
         self._fused = fused_layers(model) if fusable(model.cfg) else None  # before any capture binds the weights
 
@@ -103,11 +104,26 @@ class GraphedForward(CachedForward):
         return run
 
     def prefill_chunk(self, block_size: int) -> ChunkForward | None:
-        """The fused layers, eager: a prompt is prefilled once per turn, in chunks of varying length."""
-        if self._fused is None:
-            return None
-        return partial(fused_prefill_chunk, self.model, self._fused, self.cache, block_size=block_size,
-                       kernels=self.kernels)  # fmt: skip
+        """The fused layers, graphed per padded chunk length (see :meth:`_prefill_graphed`)."""
+        return None if self._fused is None else partial(self._prefill_graphed, block_size)
+
+    def _prefill_graphed(self, block_size: int, ids: torch.Tensor) -> torch.Tensor:
+        """Hidden states of a prompt chunk after the cache, from a graph captured for its length rounded up to
+        a power of two (at least 64): whole blocks of padding after whole blocks of prompt change nothing
+        before them, and their K/V lands past the cache's length. A chunk that is not whole blocks from a
+        block boundary, or whose padding would not fit the cache, runs eagerly."""
+        start, n = self.cache.length, ids.shape[1]
+        padded_n = max(MIN_PREFILL_GRAPH, 1 << (n - 1).bit_length())
+        if start % block_size or n % block_size or padded_n % block_size or start + padded_n > self.cache.capacity:
+            return fused_prefill_chunk(self.model, self._fused, self.cache, ids, start, block_size, self.kernels)
+        self._length.fill_(start)
+        inputs = (F.pad(ids, (0, padded_n - n)), self._length)  # padded with token 0: any id would do
+        graph = self._graphs.get(("prefill", padded_n, block_size))
+        if graph is None:
+            run = partial(fused_prefill_chunk, self.model, self._fused, self.cache, block_size=block_size,
+                          kernels=self.kernels)  # fmt: skip
+            graph = self._graphs[("prefill", padded_n, block_size)] = capture(run, inputs)
+        return graph(*inputs)[:, :n].clone()  # the graph's output buffer is overwritten by its next replay
 
     def _replay(self, ids: torch.Tensor, store: int) -> torch.Tensor:
         """Logits [n, V] for ``ids`` after the cache, storing the KV of the first ``store`` of them."""

@@ -138,10 +138,12 @@ def _block_combine_kernel(
 @triton.jit
 def _block_causal_kernel(
     q_ptr, sq_b, sq_t, sq_h, k_ptr, sk_b, sk_t, sk_h, v_ptr, sv_b, sv_t, sv_h, out_ptr, so_b, so_t, so_h,
-    H_Q, group, n_q, n_k, q_offset, block_size, scale_log2, D,
+    H_Q, group, n_q, n_k, q_offset, offset_ptr, block_size, scale_log2, D,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, OFFSET_PTR: tl.constexpr,
 ):  # fmt: skip
+    if OFFSET_PTR:  # the queries' first position on the device (a CUDA graph replays any offset)
+        q_offset = tl.load(offset_ptr).to(tl.int32)
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H_Q
@@ -252,18 +254,24 @@ def block_attention(
     return out
 
 
+def _offset_args(q_offset: int | torch.Tensor) -> tuple[int, torch.Tensor | None]:
+    """The kernel's (scalar offset, offset pointer) pair: one of them is used, by ``OFFSET_PTR``."""
+    return (0, q_offset) if isinstance(q_offset, torch.Tensor) else (q_offset, None)
+
+
 def block_causal_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     block_size: int,
-    q_offset: int,
+    q_offset: int | torch.Tensor,
     scale: float,
     out: torch.Tensor | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
-    """Batched block-causal attention, ``q [B, Tq, Hq, D]`` over ``k, v [B, Tk, Hkv, D]``."""
+    """Batched block-causal attention, ``q [B, Tq, Hq, D]`` over ``k, v [B, Tk, Hkv, D]``; ``q_offset`` an int
+    or a 1-element integer device tensor."""
     q, k, v = _last_dim_contiguous(q, k, v)
     B, n_q, h_q, D = q.shape
     cuda = q.device.type == "cuda"
@@ -273,8 +281,8 @@ def block_causal_attention(
     out = torch.empty_like(q) if out is None else out
     _block_causal_kernel[(triton.cdiv(n_q, block_m), B * h_q)](
         q, *q.stride()[:3], k, *k.stride()[:3], v, *v.stride()[:3], out, *out.stride()[:3],
-        h_q, h_q // k.shape[2], n_q, k.shape[1], q_offset, block_size, scale * LOG2E, D,
+        h_q, h_q // k.shape[2], n_q, k.shape[1], *_offset_args(q_offset), block_size, scale * LOG2E, D,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **_dot_options(q),
-        num_warps=4 if block_d <= 64 else 8,
+        OFFSET_PTR=isinstance(q_offset, torch.Tensor), num_warps=4 if block_d <= 64 else 8,
     )  # fmt: skip
     return out

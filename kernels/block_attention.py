@@ -110,7 +110,7 @@ def block_causal_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     block_size: int,
-    q_offset: int = 0,
+    q_offset: int | torch.Tensor = 0,
     scale: float | None = None,
     *,
     out: torch.Tensor | None = None,
@@ -120,13 +120,18 @@ def block_causal_attention(
 
     Keys ``k, v`` ``[B, Tk, Hkv, D]`` sit at absolute positions ``0..Tk-1`` (a cached prefix followed
     by the new tokens); queries ``q`` ``[B, Tq, Hq, D]`` at ``q_offset..q_offset+Tq-1``, so a prompt
-    can be prefilled in pieces. ``block_size=1`` is ordinary causal attention.
+    can be prefilled in pieces. ``block_size=1`` is ordinary causal attention. ``q_offset`` may be a
+    1-element integer tensor on q's device (what a CUDA graph replays at any offset; it is not range-checked,
+    which would sync): then the keys may run past the queries, since the rule hides every later block.
     """
     _check_heads(q, k, v, "block_causal_attention")
-    if block_size < 1 or q_offset < 0:
-        raise ValueError(f"block_causal_attention: need block_size >= 1 and q_offset >= 0, got {block_size}, {q_offset}")
-    if q_offset >= k.shape[-3]:
-        raise ValueError(f"block_causal_attention: q_offset {q_offset} leaves no keys (Tk={k.shape[-3]})")
+    if isinstance(q_offset, torch.Tensor):
+        if q_offset.numel() != 1 or q_offset.device != q.device or q_offset.is_floating_point():
+            raise ValueError(f"block_causal_attention: a q_offset tensor must be one integer on {q.device}")
+    elif q_offset < 0 or q_offset >= k.shape[-3]:
+        raise ValueError(f"block_causal_attention: q_offset {q_offset} outside the {k.shape[-3]} keys")
+    if block_size < 1:
+        raise ValueError(f"block_causal_attention: need block_size >= 1, got {block_size}")
     _check_out(out, q)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if kernel_path(path, q.device) == "torch":

@@ -169,7 +169,7 @@ def block_attention_ref(
 
 
 def block_causal_mask(
-    n_queries: int, n_keys: int, block_size: int, q_offset: int = 0, device: torch.device | str = "cpu"
+    n_queries: int, n_keys: int, block_size: int, q_offset: int | torch.Tensor = 0, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
     """Bool ``[n_queries, n_keys]``: query i (absolute position q_offset+i) sees key j iff same or earlier block."""
     q_block = (torch.arange(n_queries, device=device) + q_offset) // block_size
@@ -182,10 +182,11 @@ def block_causal_attention_ref(
     k: torch.Tensor,
     v: torch.Tensor,
     block_size: int,
-    q_offset: int = 0,
+    q_offset: int | torch.Tensor = 0,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Block-causal attention: keys are absolute positions ``0..Tk-1``, queries ``q_offset..q_offset+Tq-1``."""
+    """Block-causal attention: keys are absolute positions ``0..Tk-1``, queries ``q_offset..q_offset+Tq-1``
+    (``q_offset`` an int or a 1-element device tensor)."""
     batched = q.dim() == 4
     q, k, v = (_as_batched(t, batched) for t in (q, k, v))
     mask = block_causal_mask(q.shape[1], k.shape[1], block_size, q_offset, q.device)

@@ -1,8 +1,6 @@
 """The fused layer path of Qwen3-shaped models: the same logits and cache contents as the model's own layers,
 with the weights stacked in place rather than copied, on both kernel paths (Triton interpreted on the CPU)."""
 
-from functools import partial
-
 import pytest
 import torch
 
@@ -65,20 +63,31 @@ def test_fused_pass_matches_the_models_layers(fixtures_dir, kernels):
     torch.testing.assert_close(fused_cache.v[:, :, :, :n], eager.cache.v[:, :, :, :n], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("start_on_device", [False, True], ids=["int-start", "tensor-start"])
 @pytest.mark.parametrize("kernels", ["torch", pytest.param("triton", marks=needs_triton)])
-def test_fused_prefill_fills_the_cache_like_the_models_layers(fixtures_dir, kernels):
-    """Two prompts, the second starting inside a block, in chunks of two blocks: the same K/V and last logits."""
+def test_fused_prefill_fills_the_cache_like_the_models_layers(fixtures_dir, kernels, start_on_device):
+    """Two prompts in chunks of two blocks: the same K/V and last logits. With the start an int the second
+    prompt starts inside a block; with the start on the device (as a graphed prefill runs, on whole blocks) the
+    attention reads the whole cache, whose stale rows after the chunk must stay hidden."""
     model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
     gen = torch.Generator().manual_seed(2)
-    first, second = (torch.randint(0, model.cfg.vocab_size - 2, (n,), generator=gen) for n in (13, 11))
+    lengths = (12, 12) if start_on_device else (13, 11)
+    first, second = (torch.randint(0, model.cfg.vocab_size - 2, (n,), generator=gen) for n in lengths)
     layers = fused_layers(model)
     caches = {name: KVCache(model.cfg, 48) for name in ("model", "fused")}
+    fused = caches["fused"]
+    fused.k.normal_(generator=gen)  # stale contents
+    fused.v.normal_(generator=gen)
+
+    def run_chunk(piece: torch.Tensor) -> torch.Tensor:
+        start = torch.tensor([fused.length]) if start_on_device else fused.length
+        return fused_prefill_chunk(model, layers, fused, piece, start, 4, kernels)
+
     for prompt in (first, second):
         want = prefill_blocks(model, caches["model"], prompt, 4, chunk=8)
-        got = prefill_blocks(model, caches["fused"], prompt, 4, chunk=8, run_chunk=partial(
-            fused_prefill_chunk, model, layers, caches["fused"], block_size=4, kernels=kernels))
+        got = prefill_blocks(model, fused, prompt, 4, chunk=8, run_chunk=run_chunk)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    assert caches["fused"].length == caches["model"].length == 24
+    assert fused.length == caches["model"].length == 24
     for name in ("k", "v"):
-        torch.testing.assert_close(getattr(caches["fused"], name)[:, :, :, :24],
-                                   getattr(caches["model"], name)[:, :, :, :24], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(getattr(fused, name)[:, :, :, :24], getattr(caches["model"], name)[:, :, :, :24],
+                                   atol=1e-6, rtol=1e-6)  # fmt: skip

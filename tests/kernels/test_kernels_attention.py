@@ -53,6 +53,20 @@ def test_block_causal_mask_semantics():
     assert mask.int().tolist() == [[1, 1, 1, 1, 0, 0]] * 2 + [[1, 1, 1, 1, 1, 1]] * 2
 
 
+@pytest.mark.parametrize("path", ["torch", "triton"])
+def test_block_causal_offset_on_the_device_over_a_longer_cache(path):
+    """A graphed prefill's call: the offset a tensor, the keys the whole cache (stale rows after the queries'
+    blocks must stay hidden); the same output as the int offset over exactly the keys so far."""
+    gen = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 8, 4, 16, generator=gen)
+    k, v = torch.randn(1, 40, 2, 16, generator=gen), torch.randn(1, 40, 2, 16, generator=gen)
+    want = block_causal_attention(q, k[:, :20], v[:, :20], block_size=4, q_offset=12, path=path)
+    got = block_causal_attention(q, k, v, block_size=4, q_offset=torch.tensor([12]), path=path)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="one integer"):
+        block_causal_attention(q, k, v, block_size=4, q_offset=torch.tensor([12.0]), path=path)
+
+
 def test_torch_path_equals_explicit_mask_sdpa():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 10, 2, 16, generator=gen) for _ in range(3))
