@@ -254,9 +254,10 @@ def block_attention(
     return out
 
 
-def _offset_args(q_offset: int | torch.Tensor) -> tuple[int, torch.Tensor | None]:
-    """The kernel's (scalar offset, offset pointer) pair: one of them is used, by ``OFFSET_PTR``."""
-    return (0, q_offset) if isinstance(q_offset, torch.Tensor) else (q_offset, None)
+def _offset_args(q_offset: int | torch.Tensor, q: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """The kernel's (scalar offset, offset pointer) pair: ``OFFSET_PTR`` picks one (q stands in for the unused
+    pointer, which is never read)."""
+    return (0, q_offset) if isinstance(q_offset, torch.Tensor) else (q_offset, q)
 
 
 def block_causal_attention(
@@ -281,7 +282,7 @@ def block_causal_attention(
     out = torch.empty_like(q) if out is None else out
     _block_causal_kernel[(triton.cdiv(n_q, block_m), B * h_q)](
         q, *q.stride()[:3], k, *k.stride()[:3], v, *v.stride()[:3], out, *out.stride()[:3],
-        h_q, h_q // k.shape[2], n_q, k.shape[1], *_offset_args(q_offset), block_size, scale * LOG2E, D,
+        h_q, h_q // k.shape[2], n_q, k.shape[1], *_offset_args(q_offset, q), block_size, scale * LOG2E, D,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **_dot_options(q),
         OFFSET_PTR=isinstance(q_offset, torch.Tensor), num_warps=4 if block_d <= 64 else 8,
     )  # fmt: skip

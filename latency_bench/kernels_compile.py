@@ -138,6 +138,9 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             k = torch.zeros(1, 512, 8, head_dim, dtype=dtype)
             attention_triton.block_causal_attention(q, k, k, 16, 0, 0.1, block_m=64, block_n=64)
             collect(f"block_causal {dtype} D={head_dim}", recs)
+        offset = torch.zeros(1, dtype=torch.int64)  # a graphed prefill's offset on the device
+        attention_triton.block_causal_attention(q, k, k, 16, offset, 0.1, block_m=64, block_n=64)
+        collect("block_causal fp32 D=128 device offset", recs)
     with _recording(rotary_triton, ["_rotary_kernel"]) as recs:
         x = torch.zeros(1, 16, 16, 128, dtype=torch.bfloat16)
         table = torch.zeros(1, 16, 64)
