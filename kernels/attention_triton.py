@@ -185,7 +185,7 @@ def _last_dim_contiguous(*tensors: torch.Tensor) -> list[torch.Tensor]:
     return [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
 
 
-def _dot_options(t: torch.Tensor) -> dict[str, object]:
+def dot_options(t: torch.Tensor) -> dict[str, object]:
     """fp32 dots in full precision (no TF32); bf16 dots in fp32 under the interpreter, whose
     numpy backend cannot multiply bf16 (on a GPU the tensor cores take bf16 directly)."""
     upcast = t.device.type != "cuda" and t.dtype == torch.bfloat16
@@ -243,7 +243,7 @@ def block_attention(
         k_block, v_block, *k_block.stride()[:3], *v_block.stride()[:3],
         lengths, o_part, m_part, l_part,
         h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, cap, scale * LOG2E, D,
-        HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **_dot_options(q),
+        HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q),
     )  # fmt: skip
     out = torch.empty_like(q) if out is None else out
     _block_combine_kernel[(B * h_kv, n_rows)](
@@ -283,7 +283,7 @@ def block_causal_attention(
     _block_causal_kernel[(triton.cdiv(n_q, block_m), B * h_q)](
         q, *q.stride()[:3], k, *k.stride()[:3], v, *v.stride()[:3], out, *out.stride()[:3],
         h_q, h_q // k.shape[2], n_q, k.shape[1], *_offset_args(q_offset, q), block_size, scale * LOG2E, D,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **_dot_options(q),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q),
         OFFSET_PTR=isinstance(q_offset, torch.Tensor), num_warps=4 if block_d <= 64 else 8,
     )  # fmt: skip
     return out

@@ -275,12 +275,13 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
 
 
 def run_tuning(plan: Plan, report: Report) -> None:
-    from latency_bench.gpu_tuning import block_attention_sweep, confidence_sweep
+    from latency_bench.gpu_tuning import block_attention_sweep, confidence_sweep, thin_linear_sweep
 
     s = _shape(plan.shapes[-1])
     caches = tuple(length + BLOCK for length in plan.prompts)
     report.tuning.extend(confidence_sweep(plan.device, plan.vocab, plan.confidence_batches[::2]))
     report.tuning.extend(block_attention_sweep(plan.device, s.heads, s.kv_heads, s.head_dim, caches, plan.batches))
+    report.tuning.extend(thin_linear_sweep(plan.device, s))
     for row in report.tuning:
         if row["best"]:
             print(f"  {row['kernel']} {row['shape']}: best {row['params']} {row['ms']} ms, "
@@ -389,8 +390,10 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
     from latency_bench.gpu_shapes import RandomQwen3
 
     dev = plan.device
-    # the Triton path once more with the layers' small steps unfused: whether the fused kernels pay (issue 7)
-    variants = [(path, True) for path in plan.paths] + [("triton", False)] * ("triton" in plan.paths)
+    # the Triton path once more with the layers' small steps unfused: whether the fused kernels pay (issue 7);
+    # and with the block's matrix products on the thin kernel instead of cuBLAS (a candidate)
+    variants = [(path, True, False) for path in plan.paths]
+    variants += [("triton", False, False), ("triton", True, True)] * ("triton" in plan.paths)
     for name in plan.shapes:
         shape = _shape(name)
         model = RandomQwen3(shape, 1, max(plan.prompts) + BLOCK, dev, torch.bfloat16, plan.paths[0])
@@ -398,15 +401,15 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
         for length in plan.prompts:
             model.new_cache(1, length + BLOCK)
             prompt = torch.randint(0, shape.vocab, (1, length), device=dev)
-            for path, fuse in variants:
-                model.path, model.fuse = path, fuse
+            for path, fuse, thin in variants:
+                model.path, model.fuse, model.thin = path, fuse, thin
                 report.attempt(f"{name} L={length} [{model.label}]",
                                partial(_time_block_decoding, plan, report, model, prompt, floor_ms))  # fmt: skip
         cache_len = min(plan.prompts)
         for batch in plan.batches:
             model.new_cache(batch, cache_len + BLOCK)
-            for path, fuse in variants:
-                model.path, model.fuse = path, fuse
+            for path, fuse, thin in variants:
+                model.path, model.fuse, model.thin = path, fuse, thin
                 report.attempt(f"decode {name} B={batch} [{model.label}]",
                                partial(_time_decode, plan, report, model, cache_len))  # fmt: skip
         del model

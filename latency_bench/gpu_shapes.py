@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from kernels import block_attention, block_causal_attention, select_confident
 from kernels.fused import add_rms_norm, qk_norm_rope, silu_mul
+from kernels.linear import linear
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class RandomQwen3:
     ) -> None:
         self.shape, self.path = shape, path
         self.fuse = True  # the layers' small steps as fused kernels; False: their plain torch expressions
+        self.thin = False  # the block's matrix products on the Triton thin kernel (a candidate) instead of cuBLAS
         s = shape
         qkv_out = (s.heads + 2 * s.kv_heads) * s.head_dim
 
@@ -91,12 +93,17 @@ class RandomQwen3:
     @property
     def label(self) -> str:
         """The kernel path, and whether the layer steps are fused: what a timing row is of."""
-        return self.path if self.fuse else f"{self.path}, unfused"
+        label = self.path if self.fuse else f"{self.path}, unfused"
+        return f"{label}, thin GEMM" if self.thin else label
 
     def weight_bytes(self) -> int:
         """Bytes a block pass must read: every layer weight plus the (tied) LM head once."""
         tensors = [t for p in self.layers for t in p.values()] + [self.embed, self.final_norm]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+    def _mm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``x @ weight.T``: cuBLAS, or the thin kernel for a block's rows when ``thin`` is set."""
+        return linear(x, weight, path="triton") if self.thin else x @ weight.T
 
     def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                 attend: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:  # fmt: skip
@@ -108,11 +115,12 @@ class RandomQwen3:
         s, path = self.shape, (self.path if self.fuse else "torch")  # the references are the unfused steps
         h = _rms(x, self.layers[0]["in_norm"])
         for i, p in enumerate(self.layers):
-            q = qk_norm_rope(h @ p["qkv"].T, s.heads, s.kv_heads, p["q_norm"], p["k_norm"], EPS, cos, sin, positions,
+            q = qk_norm_rope(self._mm(h, p["qkv"]), s.heads, s.kv_heads, p["q_norm"], p["k_norm"], EPS, cos, sin, positions,
                              self.k_cache[i], self.v_cache[i], path=path)  # fmt: skip
-            h = add_rms_norm(x, attend(i, q).flatten(2) @ p["o"].T, p["post_norm"], EPS, path=path)
+            h = add_rms_norm(x, self._mm(attend(i, q).flatten(2), p["o"]), p["post_norm"], EPS, path=path)
             following = self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
-            h = add_rms_norm(x, silu_mul(h @ p["gate_up"].T, path=path) @ p["down"].T, following, EPS, path=path)
+            h = add_rms_norm(x, self._mm(silu_mul(self._mm(h, p["gate_up"]), path=path), p["down"]), following, EPS,
+                             path=path)  # fmt: skip
         return h
 
     def prefill(self, tokens: torch.Tensor, block_size: int) -> None:
@@ -135,7 +143,7 @@ class RandomQwen3:
             return block_attention(q, self.k_cache[i], self.v_cache[i], lengths, path=self.path)
 
         h = self._layers(self.embed[tokens], self.cos[positions], self.sin[positions], positions, attend)
-        return h @ self.embed.T
+        return self._mm(h, self.embed)
 
     def denoise_step(
         self, tokens: torch.Tensor, masked: torch.Tensor, start: torch.Tensor, threshold: float = 0.9

@@ -13,6 +13,7 @@ from functools import partial
 
 import torch
 
+from latency_bench.gpu_shapes import Shape
 from latency_bench.kernels_timing import time_graphed_ms, time_ms
 
 
@@ -70,5 +71,30 @@ def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_
             run = partial(block_attention, q, k, v, lengths, None, None, head_dim**-0.5, splits=splits, block_n=block_n)
             params = "auto" if block_n is None else f"block_n={block_n} splits={splits or 'auto'}"
             rows.append({"kernel": "block_attention", "shape": f"B{batch} 16q over {cap} keys", "params": params,
+                         "ms": round(_device_ms(run, device), 4)})  # fmt: skip
+    return _mark_best(rows)
+
+
+def thin_linear_sweep(device: torch.device, shape: Shape) -> list[dict[str, object]]:
+    """The thin matrix product against cuBLAS (``auto``: what a pass runs today) on a block's 16 rows, for each
+    of a layer's four products and the LM head: weight tile x K tile x K splits."""
+    from kernels.linear import linear
+
+    s = shape
+    products = {"qkv": ((s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden), "o": (s.hidden, s.heads * s.head_dim),
+                "gate_up": (2 * s.intermediate, s.hidden), "down": (s.hidden, s.intermediate),
+                "lm_head": (s.vocab, s.hidden)}  # fmt: skip
+    grid = [(16, 64, 2)] if device.type == "cpu" else list(itertools.product((16, 32, 64), (128, 256), (1, 2, 4, 8)))
+    rows = []
+    for name, (n, k) in products.items():
+        x = torch.randn(16, k, device=device).to(torch.bfloat16)
+        weight = (torch.randn(n, k, device=device) * 0.02).to(torch.bfloat16)
+        label = f"{name} 16x{k} @ {k}x{n}"
+        rows.append({"kernel": "linear", "shape": label, "params": "auto (cuBLAS)",
+                     "ms": round(_device_ms(partial(linear, x, weight, path="torch"), device), 4)})  # fmt: skip
+        for block_n, block_k, split_k in grid:
+            run = partial(linear, x, weight, path="triton", block_n=block_n, block_k=block_k, split_k=split_k)
+            rows.append({"kernel": "linear", "shape": label,
+                         "params": f"thin block_n={block_n} block_k={block_k} split_k={split_k}",
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return _mark_best(rows)

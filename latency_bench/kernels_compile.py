@@ -104,7 +104,7 @@ def _recording(module, names: list[str]):
 
 def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
     """Representative launches of every kernel, with the GPU tile configurations."""
-    from kernels import attention_triton, confidence_triton, fused_triton, rotary_triton
+    from kernels import attention_triton, confidence_triton, fused_triton, rotary_triton, thin_linear_triton
 
     launches: list[tuple[str, object, tuple, dict]] = []
 
@@ -156,6 +156,11 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
                                       torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
                                       torch.zeros(1, 16, 16, 128, dtype=dtype), cache, cache)  # fmt: skip
             collect(f"fused {dtype}", recs)
+    with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
+        for dtype, split_k in [(torch.bfloat16, 1), (torch.bfloat16, 4), (torch.float32, 1)]:
+            x, out = torch.zeros(16, 2048, dtype=dtype), torch.zeros(16, 4096, dtype=dtype)
+            thin_linear_triton.thin_linear(x, torch.zeros(4096, 2048, dtype=dtype), out, split_k=split_k)
+            collect(f"thin_linear {dtype} split_k={split_k}", recs)
     return launches
 
 

@@ -1,0 +1,37 @@
+"""The thin matrix product (Triton, interpreted) against ``F.linear``: sizes off the tiles, split K, dtypes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels.linear import linear
+
+pytest.importorskip("triton")
+
+TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 2e-2), torch.bfloat16: (5e-2, 5e-2)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "n", "k", "launch"), [
+    (16, 96, 256, {}),
+    (5, 37, 200, {"block_n": 16, "block_k": 64}),  # nothing a multiple of its tile
+    (16, 40, 300, {"block_n": 16, "block_k": 64, "split_k": 3}),  # K split across programs, partials summed
+    (1, 16, 48, {"block_n": 16, "block_k": 32, "split_k": 4}),  # more splits asked for than K has tiles
+])  # fmt: skip
+def test_thin_linear_matches_f_linear(dtype, rows, n, k, launch):
+    gen = torch.Generator().manual_seed(rows * n + k)
+    x = torch.randn(1, rows, k, generator=gen).to(dtype)
+    weight = (torch.randn(n, k, generator=gen) * 0.1).to(dtype)
+    want = F.linear(x.float(), weight.float())
+    got = linear(x, weight, path="triton", **launch)
+    assert got.shape == (1, rows, n) and got.dtype == dtype
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol)
+
+
+def test_many_rows_and_the_torch_path_are_f_linear():
+    x, weight = torch.randn(40, 32), torch.randn(24, 32)
+    torch.testing.assert_close(linear(x, weight, path="triton"), F.linear(x, weight))
+    torch.testing.assert_close(linear(x[:8], weight, path="torch"), F.linear(x[:8], weight))
+    with pytest.raises(ValueError, match="linear"):
+        linear(x, torch.randn(24, 31), path="torch")
