@@ -7,7 +7,7 @@ the schema allows next), then each following one while its own allowed-best is a
 n being its place in the pass's run (`BlockPolicy.bar`: a threshold, or the factor rule's rising bar).
 Every committed token has been checked by the automaton, and none is committed that leaves the JSON unable
 to close within `max_tokens`, so the output is valid by construction (given a budget at least the schema's
-shortest instance). Token-shift families predict position i from output i-1, like the engine's decoder.
+shortest instance, in tokens). Token-shift families predict position i from output i-1, like the engine's decoder.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from dlm.constrained.completion import CompletionCost
+from dlm.constrained.completion import UNREACHABLE, CompletionCost
 from dlm.constrained.json_prefix import JsonPrefixAutomaton, State
 from dlm.constrained.schema import CompiledSchema
 
@@ -35,6 +35,7 @@ class TokenGrammar:
         self._allowed: dict[State, tuple[int, ...]] = {}
         self.cost = CompletionCost(self.automaton)
         self._costs_after: dict[State, tuple[int, ...]] = {}
+        self._to_finish: dict[State, int] = {}
 
     def step(self, state: State, char: str) -> State:
         key = (state, char)
@@ -68,15 +69,45 @@ class TokenGrammar:
         result = self._allowed[state] = tuple(sorted(ids))
         return result
 
+    def tokens_to_finish(self, state: State) -> int:
+        """Tokens that surely complete `state`: a walk along one of its shortest completions (in characters)
+        taking the longest token that stays on it at every step. An upper bound, so a budget checked with it
+        is always met; counting each character as a token overstates it several times over (a unit
+        conversion's required arguments are 70 characters, and a budget of 64 tokens ruled that tool out)."""
+        path: list[State] = []
+        while (known := self._to_finish.get(state)) is None:
+            cost = self.cost.of(state)
+            nxt = None if cost in (0, UNREACHABLE) else self._longest_step(state, cost)
+            if nxt is None:  # complete, dead, or (never for byte-level vocabularies) no token on the path
+                known = self._to_finish[state] = cost
+                break
+            path.append(state)
+            state = nxt
+        for steps, visited in enumerate(reversed(path), start=1):
+            self._to_finish[visited] = min(known + steps, UNREACHABLE)
+        return min(known + len(path), UNREACHABLE)
+
+    def _longest_step(self, state: State, cost: int) -> State | None:
+        """The state after the longest allowed token that shortens the shortest completion by its own length."""
+        best, best_len = None, 0
+        for t in self.allowed(state):
+            text = self.vocab[t]
+            if t in self.stop_token_ids or len(text) <= best_len:
+                continue
+            nxt = self.feed(state, text)
+            if self.cost.of(nxt) == cost - len(text):
+                best, best_len = nxt, len(text)
+        return best
+
     def allowed_within(self, state: State, budget: int) -> tuple[int, ...]:
         """The allowed ids after which the JSON can still be finished and ended within `budget` tokens, this
-        one included: a non-stop token must leave a shortest completion of at most `budget` - 2 characters
-        (each a token of its own at worst), so one token always remains for the stop."""
+        one included: a non-stop token must leave a state that :meth:`tokens_to_finish` completes in at most
+        `budget` - 2 tokens, so one token always remains for the stop."""
         ids = self.allowed(state)
         costs = self._costs_after.get(state)
         if costs is None:
             costs = self._costs_after[state] = tuple(
-                -1 if t in self.stop_token_ids else self.cost.of(self.feed(state, self.vocab[t])) for t in ids)
+                -1 if t in self.stop_token_ids else self.tokens_to_finish(self.feed(state, self.vocab[t])) for t in ids)
         if budget - 1 > max(costs, default=0):
             return ids
         in_time = tuple(t for t, cost in zip(ids, costs, strict=True) if cost < budget - 1)

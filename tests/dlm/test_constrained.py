@@ -238,11 +238,11 @@ def test_completion_cost_is_the_shortest_completion(seed: int) -> None:
             assert here - 1 in after.values(), (schema, text, here, after)
 
 
-@pytest.mark.parametrize("budget", [18, 20, 30, 45])
+@pytest.mark.parametrize("budget", [15, 18, 20, 30, 45])
 def test_a_token_budget_always_closes_the_json(budget: int) -> None:
     """Tokens picked at random among those allowed within the budget: the JSON closes in time, every time
     and its stop token as well (18 = the shortest instance, '{"note":"","n":0}', in single characters, and
-    the stop)."""
+    the stop; 15 = the same with the multi-character tokens that shorten it, the tightest budget)."""
     schema = {"type": "object", "properties": {"note": {"type": "string"}, "n": {"type": "integer"},
                                                "more": {"type": "array", "items": {}}},
               "required": ["note", "n"], "additionalProperties": False}
@@ -258,3 +258,21 @@ def test_a_token_budget_always_closes_the_json(budget: int) -> None:
                 break
         assert constraint.stopped, constraint.text
         jsonschema.validate(json.loads(constraint.text), schema)
+
+
+def test_a_tool_with_long_required_arguments_fits_a_budget_its_characters_do_not() -> None:
+    """After the name 'calculator' the shortest completion is 32 characters but 10 of these tokens: with 12
+    tokens left (the name, those 10 and the stop) the tool may still be named, where counting characters
+    ruled it out (and with it the tool the model meant), with 10 only get_time fits. The bound is never
+    above the characters, and 0 exactly when the JSON is complete."""
+    vocab = vocabulary()
+    constraint = JsonSchemaConstraint(tool_call_schema(), vocab)
+    for piece in ['{"', "name", '":', ' "']:
+        constraint.advance(vocab.index(piece))
+    assert vocab.index("calculator") in constraint.allowed_token_ids(12)
+    assert {vocab[t] for t in constraint.allowed_token_ids(10)} & {"calculator", "get_time"} == {"get_time"}
+    grammar = constraint.grammar
+    rng = random.Random(0)
+    for text, state in random_prefix_states(rng, grammar.automaton, 40):
+        tokens, chars = grammar.tokens_to_finish(state), grammar.cost.of(state)
+        assert tokens <= chars and (tokens == 0) == (chars == 0), text
