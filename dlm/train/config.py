@@ -57,6 +57,8 @@ class OptimConfig:
     # fast on the 2-core CPU (fused norms, RoPE and SwiGLU; `python -m latency_bench train-step`)
     bf16: bool = False  # autocast the step's matmuls to bf16 (fp32 weights, optimiser and attention): on a
     # CPU with AMX the compiled demo step is 1.27x as fast (`python -m latency_bench train-step`)
+    init_from: str = ""  # a checkpoint directory to fine-tune: its tokenizer and weights instead of a new
+    # tokenizer and random weights ([model] must have its shape; `python -m dlm.train --init-from DIR`)
     max_minutes: float = 28.0  # training time (all sessions of a run) after which it stops, saved and exported,
     # and by which its learning rate has decayed (see train.learning_rate)
 

@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from dlm.checkpoint import save_checkpoint
+from dlm.checkpoint import load_checkpoint, save_checkpoint
 from dlm.config import ModelConfig
 from dlm.model import Transformer
 from dlm.train.config import CurriculumConfig, OptimConfig, RunConfig
@@ -78,6 +78,8 @@ def build_model(run: RunConfig, tokenizer: Tokenizer, compile_layers: bool = Fal
     (shapes vary with every batch, so dynamically: one graph serves them all)."""
     model = Transformer(model_config(run, tokenizer))
     init_weights(model, run.train.seed)
+    if run.train.init_from:
+        load_weights(model, Path(run.train.init_from))
     if compile_layers:
         for layer in model.model.layers:
             layer.compile(dynamic=True)
@@ -122,19 +124,34 @@ class Phase(NamedTuple):
     corpus: list[Encoded]
 
 
+def load_weights(model: Transformer, checkpoint: Path) -> None:
+    """The weights of the checkpoint being fine-tuned, in the fresh model's fp32."""
+    source, _ = load_checkpoint(checkpoint)
+    try:
+        model.load_state_dict({name: t.float() for name, t in source.state_dict().items()})
+    except RuntimeError as err:
+        raise ValueError(f"[train] init_from {checkpoint}: its shape is not the run's [model] ({err})") from None
+
+
 def training_corpus(run: RunConfig) -> list[Example]:
     return generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights)
 
 
 def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir: Path, resume: bool) -> Tokenizer:
-    """The run's tokenizer: reloaded from state_dir when resuming, else trained on `corpus()` (only called
-    then) and saved there."""
+    """The run's tokenizer: reloaded from state_dir when resuming, the fine-tuned checkpoint's with
+    `init_from`, else trained on `corpus()` (only called then); saved in state_dir."""
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
         return Tokenizer.from_file(str(tok_path))
-    renderer = DialogueEncoder(None)  # type: ignore[arg-type]
-    tokenizer = train_tokenizer((renderer.render(e) for e in corpus()), run.data.vocab_size,
-                                run.data.max_token_length)
+    if run.train.init_from:
+        source = Path(run.train.init_from) / "tokenizer.json"
+        if not source.is_file():
+            raise ValueError(f"[train] init_from {run.train.init_from}: no tokenizer.json there")
+        tokenizer = Tokenizer.from_file(str(source))
+    else:
+        renderer = DialogueEncoder(None)  # type: ignore[arg-type]
+        tokenizer = train_tokenizer((renderer.render(e) for e in corpus()), run.data.vocab_size,
+                                    run.data.max_token_length)
     state_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(tok_path))
     return tokenizer

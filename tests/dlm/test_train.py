@@ -89,6 +89,23 @@ def test_tiny_run_learns_and_exports_a_loadable_checkpoint(tmp_path: Path) -> No
         assert (result.out_dir / name).exists()
 
 
+def test_fine_tuning_starts_from_the_checkpoint_and_keeps_its_tokenizer(tmp_path: Path) -> None:
+    base = train(from_dict(tiny_run(tmp_path / "base", steps=20)), progress=False)
+    config = tiny_run(tmp_path / "tuned", steps=3)
+    config["train"] |= {"init_from": str(base.out_dir), "lr": 1e-4}
+    tuned = train(from_dict(config), progress=False)
+    assert (tuned.out_dir / "tokenizer.json").read_text() == (base.out_dir / "tokenizer.json").read_text()
+    # three small steps from the base: its loss, not a random model's (about ln(vocab) = 6)
+    assert tuned.losses[0] < base.losses[0] - 1.0 and abs(tuned.losses[0] - base.losses[-1]) < 1.0
+    before, after = (load_checkpoint(result.out_dir)[0].state_dict() for result in (base, tuned))
+    change = max(float((after[n].float() - before[n].float()).abs().max()) for n in before)
+    assert 0 < change < 0.05
+
+    config["model"]["hidden_size"] = 64
+    with pytest.raises(ValueError, match="init_from .* its shape is not the run's"):
+        train(from_dict(config), progress=False)
+
+
 def test_a_compiled_run_trains_as_the_eager_one_does(tmp_path: Path) -> None:
     # the same batches, masks and init: compiled layers may only reorder floating-point sums
     eager = train(from_dict(tiny_run(tmp_path / "eager", steps=6)), progress=False)
