@@ -1,15 +1,15 @@
-"""A Qwen3-shaped model's denoising pass as fused steps: what a graphed pass runs for SDAR-style checkpoints.
+"""A model's denoising pass as fused steps: what a graphed pass and its prefill run on every block-causal family.
 
 Through :mod:`dlm.model`'s layers a 16-token pass is about 40 kernels per layer (separate q, k, v and gate, up
 products, RMSNorm's casts, RoPE's halves, the cache concatenation), and on a GPU most of them are launches
-that move a few kilobytes. Here a layer is its four matrix products (q/k/v and gate/up each concatenated once),
-one q/k norm + RoPE + KV write, the block attention over the cache, two residual-add + RMSNorms and one SwiGLU
-activation: the layer ``latency_bench.gpu_shapes`` times, which on an H200 ran a 1.7B pass in about half the
-time of the same kernels unfused (``latency_bench/results/gpu_check_h200_2026-12-04_run3.md``).
+that move a few kilobytes. Here a layer is its four matrix products (q/k/v and gate/up each concatenated once,
+biases too where the family has them), one q/k norm (Qwen3-style layers) + RoPE + KV write, the block
+attention over the cache, two residual-add + RMSNorms and one SwiGLU activation: the layer
+``latency_bench.gpu_shapes`` times, which on an H200 ran a 1.7B pass in about half the time of the same
+kernels unfused (``latency_bench/results/gpu_check_h200_2026-12-04_run3.md``).
 
 The model's own q/k/v and gate/up weights are rebound as views of the concatenated ones, so no memory is
-doubled and the eager paths (prefill, commit passes) keep working. Models with q/k/v biases or without
-per-head q/k norms (Qwen2-style families) are not fused: their passes keep :mod:`dlm.model`'s layers.
+doubled and the eager paths (prefill without graphs, commit passes) keep working.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlm.config import ModelConfig
 from dlm.kv_cache import KVCache
 from dlm.model import Transformer
 from kernels.block_attention import block_attention, block_causal_attention
@@ -34,29 +33,38 @@ class FusedLayer:
     """One decoder layer's weights in the fused layout (``[out, in]`` matrices, like ``nn.Linear``)."""
 
     qkv: torch.Tensor  # q, k, v projections stacked: [(H + 2 Hkv) D, hidden]
+    qkv_bias: torch.Tensor | None  # their biases stacked (Qwen2-style layers), or None
     o: torch.Tensor
     gate_up: torch.Tensor  # gate then up: [2 I, hidden]
     down: torch.Tensor
     in_norm: torch.Tensor
     post_norm: torch.Tensor
-    q_norm: torch.Tensor
-    k_norm: torch.Tensor
+    q_norm: torch.Tensor | None  # per-head q/k RMSNorm weights (Qwen3-style layers), or None
+    k_norm: torch.Tensor | None
 
 
-def fusable(cfg: ModelConfig) -> bool:
-    """Whether the fused layer fits: per-head q/k RMSNorm (the fused kernel applies it) and no q/k/v bias."""
-    return cfg.qk_norm and not cfg.qkv_bias
-
-
-def _stack(linears: list[nn.Linear]) -> torch.Tensor:
-    """Concatenate the linears' weights into one matrix and rebind each weight as a view of its rows."""
+def _stack(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Concatenate the linears' weights (and biases, if they have them) and rebind each as a view of its rows."""
     stacked = torch.cat([linear.weight.detach() for linear in linears])
+    biases = torch.cat([linear.bias.detach() for linear in linears]) if linears[0].bias is not None else None
     row = 0
     for linear in linears:
         rows = linear.weight.shape[0]
         linear.weight = nn.Parameter(stacked[row:row + rows], requires_grad=False)
+        if biases is not None:
+            linear.bias = nn.Parameter(biases[row:row + rows], requires_grad=False)
         row += rows
-    return stacked
+    return stacked, biases
+
+
+def _fused(layer: nn.Module) -> FusedLayer:
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, qkv_bias = _stack([attn.q_proj, attn.k_proj, attn.v_proj])
+    norms = (attn.q_norm.weight.detach(), attn.k_norm.weight.detach()) if hasattr(attn, "q_norm") else (None, None)
+    return FusedLayer(qkv=qkv, qkv_bias=qkv_bias, o=attn.o_proj.weight.detach(),
+                      gate_up=_stack([mlp.gate_proj, mlp.up_proj])[0], down=mlp.down_proj.weight.detach(),
+                      in_norm=layer.input_layernorm.weight.detach(),
+                      post_norm=layer.post_attention_layernorm.weight.detach(), q_norm=norms[0], k_norm=norms[1])
 
 
 _FUSED: weakref.WeakKeyDictionary[Transformer, list[FusedLayer]] = weakref.WeakKeyDictionary()
@@ -68,25 +76,10 @@ def fused_layers(model: Transformer) -> list[FusedLayer]:
     Building rebinds the model's projection weights, so it must happen before any CUDA graph captures them:
     :class:`dlm.graphed_forward.GraphedForward` asks for it when it is made, before its first capture. The
     model is for inference from then on (the rebound weights no longer require gradients)."""
-    if not fusable(model.cfg):
-        raise ValueError(f"{model.cfg.model_type}: fused layers need per-head q/k norms and no q/k/v bias")
     layers = _FUSED.get(model)
     if layers is None:
         with torch.no_grad():
-            layers = [
-                FusedLayer(
-                    qkv=_stack([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
-                    o=layer.self_attn.o_proj.weight.detach(),
-                    gate_up=_stack([layer.mlp.gate_proj, layer.mlp.up_proj]),
-                    down=layer.mlp.down_proj.weight.detach(),
-                    in_norm=layer.input_layernorm.weight.detach(),
-                    post_norm=layer.post_attention_layernorm.weight.detach(),
-                    q_norm=layer.self_attn.q_norm.weight.detach(),
-                    k_norm=layer.self_attn.k_norm.weight.detach(),
-                )
-                for layer in model.model.layers
-            ]
-        _FUSED[model] = layers
+            layers = _FUSED[model] = [_fused(layer) for layer in model.model.layers]
     return layers
 
 
@@ -101,7 +94,7 @@ def _hidden_states(model: Transformer, layers: list[FusedLayer], cache: KVCache,
     h = model.model.layers[0].input_layernorm(x)
     for i, p in enumerate(layers):
         k_cache, v_cache = _sequence_major(cache, i)
-        q = qk_norm_rope(F.linear(h, p.qkv), cfg.num_heads, cfg.num_kv_heads, p.q_norm, p.k_norm, eps, cos, sin,
+        q = qk_norm_rope(F.linear(h, p.qkv, p.qkv_bias), cfg.num_heads, cfg.num_kv_heads, p.q_norm, p.k_norm, eps, cos, sin,
                          positions, k_cache, v_cache, path=kernels)  # fmt: skip
         h = add_rms_norm(x, F.linear(attend(i, q).flatten(2), p.o), p.post_norm, eps, path=kernels)
         following = layers[i + 1].in_norm if i + 1 < len(layers) else model.model.norm.weight

@@ -2,24 +2,22 @@
 
 On a GPU a denoising pass over a 16-token block is a few hundred small kernels whose launch cost exceeds
 their work. A CUDA graph replays them in one launch, but only for fixed shapes and device-side inputs, so
-this forward never slices the cache by its host-side length: every pass attends to the whole preallocated
-cache, with positions at or past the committed length masked out, and the cache length, the positions and
-the KV write offset are device tensors. One graph is captured per (queries, stored rows) shape on first use
-(a plain window, and a finished block committed in the same pass as the next window's first denoising).
+this forward never slices the cache by its host-side length: the cache length, the positions and the KV
+write offset are device tensors. One graph is captured per (queries, stored rows) shape on first use (a
+plain window, and a finished block committed in the same pass as the next window's first denoising), and
+one per padded prompt-chunk length.
 
-Masked keys get zero attention weight, so the logits equal :class:`CachedForward`'s up to the summation
-order. On the Triton kernel path a plain window's attention is the block-attention kernel, which reads the
-cache in place and skips the keys past the length; SDPA, the torch path, reads the whole cache.
-Qwen3-shaped models (SDAR, the demo checkpoint) run the pass as fused steps instead
-(:mod:`dlm.fused_layers`): their window's K/V is written into the cache past the length as scratch and every
-attention reads the cache in place, on either kernel path.
-Off CUDA the same static-shape code runs eagerly (``kernels.capture`` is a pass-through there), which is
+The passes run the fused layers (:mod:`dlm.fused_layers`): each writes its window's K/V into the cache past
+the committed length, as scratch the next pass overwrites, and its attention reads the cache in place up to
+the window's end, so the logits equal :class:`CachedForward`'s up to the summation order, on either kernel
+path. Off CUDA the same static-shape code runs eagerly (``kernels.capture`` is a pass-through there), which is
 how the CPU tests check it against the eager forward.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -27,10 +25,9 @@ import torch.nn.functional as F
 
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.prefill import ChunkForward
-from dlm.fused_layers import fusable, fused_layers, fused_prefill_chunk, fused_window_logits
+from dlm.fused_layers import fused_layers, fused_prefill_chunk, fused_window_logits
 from dlm.kv_cache import KVCache
-from dlm.model import Transformer, sdpa
-from kernels.block_attention import block_attention
+from dlm.model import Transformer
 from kernels.cuda_graphs import GraphedCallable, capture
 
 GRAPH_SETTINGS = ("auto", "on", "off")
@@ -44,68 +41,25 @@ def graphs_enabled(setting: str, device: torch.device) -> bool:
     return setting == "on" or (setting == "auto" and device.type == "cuda")
 
 
-class _StaticCacheView:
-    """The KV cache as one static-shape pass sees it: all ``capacity`` cached keys, those before the
-    device-side ``length`` valid, then the new ones; the first ``store`` new rows are also written at
-    ``length``. A plain window (nothing stored) runs the block-attention kernel when ``kernels`` is
-    "triton", which reads the cache in place (its mask is exactly the kernel's pattern); otherwise, or with
-    rows to store, the keys are concatenated for SDPA under the pass's mask."""
-
-    def __init__(self, cache: KVCache, length: torch.Tensor, store: int, kernels: str) -> None:
-        self.cache, self.length, self.store, self.kernels = cache, length, store, kernels
-
-    def attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """[B, H, n, D] like the model's own attention, ``attn_mask`` over the whole cache then the new keys."""
-        cached_k, cached_v = self.cache.k[layer], self.cache.v[layer]
-        if not self.store and self.kernels == "triton":
-            def seq_major(t: torch.Tensor) -> torch.Tensor:
-                return t.transpose(1, 2)
-
-            out = block_attention(seq_major(q), seq_major(cached_k), seq_major(cached_v), self.length,
-                                  seq_major(k), seq_major(v), path="triton")
-            return seq_major(out)
-        keys, values = torch.cat((cached_k, k), 2), torch.cat((cached_v, v), 2)
-        if self.store:
-            at = self.length + torch.arange(self.store, device=k.device)
-            cached_k.index_copy_(2, at, k[:, :, :self.store])
-            cached_v.index_copy_(2, at, v[:, :, :self.store])
-        return sdpa(q, keys, values, attn_mask)
-
-
 class GraphedForward(CachedForward):
-    """:class:`CachedForward` whose denoising passes run captured CUDA graphs (prefill and the token-shift
-    families' separate commit passes stay eager: they happen once per prompt or per block)."""
+    """:class:`CachedForward` whose denoising passes and whole-block prompt chunks run captured CUDA graphs (the
+    token-shift families' separate commit passes stay eager: they happen once per block)."""
 
     def __init__(self, model: Transformer, cache: KVCache, kernels: str = "torch") -> None:
-        """``kernels``: the resolved kernel path ("triton" or "torch") of plain windows' attention."""
+        """``kernels``: the resolved kernel path ("triton" or "torch") of the fused layers' steps."""
         super().__init__(model, cache)
         self.kernels = kernels
         self._graphs: dict[tuple[object, ...], GraphedCallable] = {}  # (queries, stored rows) or a prefill's
         self._length = torch.zeros(1, dtype=torch.long, device=self.device)
-        self._fused = fused_layers(model) if fusable(model.cfg) else None  # before any capture binds the weights
+        self._fused = fused_layers(model)  # before any capture binds the weights
 
-    def _static_pass(self, store: int):
-        capacity, model = self.cache.capacity, self.model
-        if self._fused is not None:
-            return partial(fused_window_logits, model, self._fused, self.cache, store=store, kernels=self.kernels)
+    def _static_pass(self, store: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """(ids [1, n], length [1]) -> logits [n, V], the first ``store`` rows' K/V kept: what a graph captures."""
+        return partial(fused_window_logits, self.model, self._fused, self.cache, store=store, kernels=self.kernels)
 
-        def run(ids: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
-            n = ids.shape[1]
-            positions = length + torch.arange(n, device=ids.device)
-            cached = (torch.arange(capacity, device=ids.device) < length).expand(n, capacity)
-            window = torch.ones(n, n, dtype=torch.bool, device=ids.device)
-            window[:store, store:] = False  # a block committed in this pass does not see the next window
-            mask = torch.cat((cached, window), dim=1)
-            view = _StaticCacheView(self.cache, length, store, self.kernels)
-            hidden = model.hidden_states(ids, positions, mask, view)  # type: ignore[arg-type]
-            return F.linear(hidden[0], model.output_weight())
-
-        return run
-
-    def prefill_chunk(self, block_size: int) -> ChunkForward | None:
+    def prefill_chunk(self, block_size: int) -> ChunkForward:
         """The fused layers, graphed per padded chunk length (see :meth:`_prefill_graphed`)."""
-        return None if self._fused is None else partial(self._prefill_graphed, block_size)
+        return partial(self._prefill_graphed, block_size)
 
     def _prefill_graphed(self, block_size: int, ids: torch.Tensor) -> torch.Tensor:
         """Hidden states of a prompt chunk after the cache, from a graph captured for its length rounded up to

@@ -52,14 +52,18 @@ def silu_mul(gate_up: torch.Tensor, *, path: str = "auto") -> torch.Tensor:
 
 
 def qk_norm_rope(
-    qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+    qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+    eps: float,
     cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     *, path: str = "auto",
 ) -> torch.Tensor:  # fmt: skip
     """A Qwen3 attention input in one launch: split the fused projection ``qkv`` ``[B, T, (H + 2 Hkv) D]``,
     RMSNorm each q and k head (``q_weight``/``k_weight`` ``[D]``), rotate them by ``cos``/``sin`` ``[T, D/2]``,
     and write k and v into ``k_cache``/``v_cache`` ``[B, capacity, Hkv, D]`` at ``positions`` (``[T]`` int64,
-    on the device, so a CUDA graph can move them). Returns q ``[B, T, H, D]``."""
+    on the device, so a CUDA graph can move them). Returns q ``[B, T, H, D]``. Without norm weights (both None:
+    Qwen2-style layers) q and k are only rotated."""
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError("qk_norm_rope: give both q and k norm weights, or neither")
     B, T, width = qkv.shape
     if width % (heads + 2 * kv_heads) or (width // (heads + 2 * kv_heads)) % 2:
         raise ValueError(f"qk_norm_rope: width {width} is not (heads + 2 kv_heads) x an even head dim")
@@ -77,6 +81,6 @@ def qk_norm_rope(
     qkv = qkv if qkv.stride(-1) == 1 else qkv.contiguous()
     cos, sin = cos.contiguous(), sin.contiguous()  # one row stride serves both tables
     q = qkv.new_empty(B, T, heads, D)
-    fused_triton.qk_norm_rope(qkv, heads, kv_heads, q_weight.contiguous(), k_weight.contiguous(), eps, cos, sin,
-                              positions, q, k_cache, v_cache)  # fmt: skip
+    weights = (None, None) if q_weight is None else (q_weight.contiguous(), k_weight.contiguous())
+    fused_triton.qk_norm_rope(qkv, heads, kv_heads, *weights, eps, cos, sin, positions, q, k_cache, v_cache)
     return q

@@ -44,8 +44,9 @@ def _silu_mul_kernel(gu_ptr, sg, out_ptr, so, N, BLOCK: tl.constexpr):
 
 @triton.jit
 def _norm_rope_heads(src, w_ptr, c, s, dst, dst_head_stride, n_heads, HALF, eps,
-                     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):  # fmt: skip
-    """RMSNorm each of ``n_heads`` heads (rows of 2 * HALF at ``src``), rotate them, store them at ``dst``."""
+                     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
+    """RMSNorm (with ``NORM``) each of ``n_heads`` heads (rows of 2 * HALF at ``src``), rotate them, store them
+    at ``dst``."""
     rh = tl.arange(0, BLOCK_H)
     rd = tl.arange(0, BLOCK_HALF)
     d_ok = rd < HALF
@@ -53,12 +54,14 @@ def _norm_rope_heads(src, w_ptr, c, s, dst, dst_head_stride, n_heads, HALF, eps,
     at = rh[:, None] * (2 * HALF) + rd[None, :]
     x1 = tl.load(src + at, mask=ok, other=0.0)
     x2 = tl.load(src + at + HALF, mask=ok, other=0.0)
-    f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
-    r = tl.rsqrt((tl.sum(f1 * f1, 1) + tl.sum(f2 * f2, 1)) / (2 * HALF) + eps)[:, None]
+    n1, n2 = x1.to(tl.float32), x2.to(tl.float32)
     dtype = x1.dtype
-    # RMSNorm rounds to the model's dtype before RoPE, as the two separate steps do
-    n1 = (f1 * r * tl.load(w_ptr + rd, mask=d_ok, other=0.0).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
-    n2 = (f2 * r * tl.load(w_ptr + HALF + rd, mask=d_ok, other=0.0).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
+    if NORM:
+        r = tl.rsqrt((tl.sum(n1 * n1, 1) + tl.sum(n2 * n2, 1)) / (2 * HALF) + eps)[:, None]
+        # RMSNorm rounds to the model's dtype before RoPE, as the two separate steps do
+        n1 = (n1 * r * tl.load(w_ptr + rd, mask=d_ok, other=0.0).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
+        n2 = (n2 * r * tl.load(w_ptr + HALF + rd, mask=d_ok, other=0.0).to(tl.float32)[None, :]).to(dtype).to(
+            tl.float32)
     out = dst + rh[:, None] * dst_head_stride + rd[None, :]
     tl.store(out, (n1 * c - n2 * s).to(dtype), mask=ok)
     tl.store(out + HALF, (n2 * c + n1 * s).to(dtype), mask=ok)
@@ -71,7 +74,7 @@ def _qk_norm_rope_kernel(
     q_ptr, sq_b, sq_t, sq_h,
     kc_ptr, skc_b, skc_t, skc_h, vc_ptr, svc_b, svc_t, svc_h,
     T, H, H_KV, HALF, eps,
-    BLOCK_H: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_HALF: tl.constexpr, NORM: tl.constexpr,
 ):  # fmt: skip
     """One program per token: its q heads, k heads and v heads of the fused projection, in that order."""
     pid = tl.program_id(0)
@@ -84,9 +87,9 @@ def _qk_norm_rope_kernel(
     c = tl.load(cos_ptr + t * s_ct + rd, mask=d_ok, other=0.0).to(tl.float32)[None, :]
     s = tl.load(sin_ptr + t * s_ct + rd, mask=d_ok, other=0.0).to(tl.float32)[None, :]
     _norm_rope_heads(src, qw_ptr, c, s, q_ptr + b * sq_b + t.to(tl.int64) * sq_t, sq_h, H, HALF, eps,
-                     BLOCK_H, BLOCK_HALF)  # fmt: skip
+                     BLOCK_H, BLOCK_HALF, NORM)  # fmt: skip
     _norm_rope_heads(src + H * 2 * HALF, kw_ptr, c, s, kc_ptr + b * skc_b + pos * skc_t, skc_h, H_KV, HALF, eps,
-                     BLOCK_KV, BLOCK_HALF)  # fmt: skip
+                     BLOCK_KV, BLOCK_HALF, NORM)  # fmt: skip
     rh = tl.arange(0, BLOCK_KV)
     ok = (rh < H_KV)[:, None] & d_ok[None, :]
     v_src = src + (H + H_KV) * 2 * HALF + rh[:, None] * (2 * HALF) + rd[None, :]
@@ -112,19 +115,21 @@ def silu_mul(gate_up: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def qk_norm_rope(
-    qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, q_out: torch.Tensor,
+    qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+    eps: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, q_out: torch.Tensor,
     k_cache: torch.Tensor, v_cache: torch.Tensor,
 ) -> None:  # fmt: skip
-    """``qkv`` ``[B, T, (H + 2 Hkv) D]``; writes ``q_out`` ``[B, T, H, D]`` and the caches ``[B, cap, Hkv, D]``."""
+    """``qkv`` ``[B, T, (H + 2 Hkv) D]``; writes ``q_out`` ``[B, T, H, D]`` and the caches ``[B, cap, Hkv, D]``.
+    Without norm weights q and k are only rotated (Qwen2-style layers)."""
     B, T, _ = qkv.shape
     half = q_out.shape[-1] // 2
+    norm = q_weight is not None
     _qk_norm_rope_kernel[(B * T,)](
         qkv, qkv.stride(0), qkv.stride(1),
-        q_weight, k_weight, cos, sin, cos.stride(0), positions,
+        q_weight if norm else qkv, k_weight if norm else qkv, cos, sin, cos.stride(0), positions,
         q_out, *q_out.stride()[:3],
         k_cache, *k_cache.stride()[:3], v_cache, *v_cache.stride()[:3],
         T, heads, kv_heads, half, eps,
         BLOCK_H=triton.next_power_of_2(heads), BLOCK_KV=triton.next_power_of_2(kv_heads),
-        BLOCK_HALF=triton.next_power_of_2(half),
+        BLOCK_HALF=triton.next_power_of_2(half), NORM=norm,
     )  # fmt: skip

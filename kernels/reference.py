@@ -215,17 +215,20 @@ def silu_mul_ref(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def qk_norm_rope_ref(
-    qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+    eps: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
 ) -> torch.Tensor:  # fmt: skip
-    """Split a fused QKV projection ``[B, T, (H + 2 Hkv) D]``; per-head RMSNorm and RoPE on q and k (Qwen3);
-    k and v written into the caches ``[B, cap, Hkv, D]`` at ``positions``; returns q ``[B, T, H, D]``."""
+    """Split a fused QKV projection ``[B, T, (H + 2 Hkv) D]``; per-head RMSNorm (Qwen3; none without weights)
+    and RoPE on q and k; k and v written into the caches ``[B, cap, Hkv, D]`` at ``positions``; returns q
+    ``[B, T, H, D]``."""
     B, T, width = qkv.shape
     D = width // (heads + 2 * kv_heads)
     q, k, v = qkv.view(B, T, heads + 2 * kv_heads, D).split([heads, kv_heads, kv_heads], dim=2)
     tables = (cos[None].expand(B, -1, -1), sin[None].expand(B, -1, -1))
-    q = rotary_ref(F.rms_norm(q, (D,), q_weight, eps), *tables)
-    k = rotary_ref(F.rms_norm(k, (D,), k_weight, eps), *tables)
+    if q_weight is not None:
+        q, k = F.rms_norm(q, (D,), q_weight, eps), F.rms_norm(k, (D,), k_weight, eps)
+    q, k = rotary_ref(q, *tables), rotary_ref(k, *tables)
     k_cache.index_copy_(1, positions, k)
     v_cache.index_copy_(1, positions, v)
     return q

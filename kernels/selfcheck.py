@@ -271,17 +271,18 @@ def check_silu_mul(rows: int, inner: int, dtype: torch.dtype, device: str = "cpu
 
 def check_qk_norm_rope(
     tokens: int, heads: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype, device: str = "cpu",
-    *, batch: int = 1, start: int = 0, seed: int = 0,
+    *, batch: int = 1, start: int = 0, seed: int = 0, norm: bool = True,
 ) -> None:  # fmt: skip
-    """Fused q/k norm + RoPE + KV write against the torch steps. The caches are poisoned: the written slots
-    must match, every other slot must still hold the poison."""
+    """Fused q/k norm (none without ``norm``) + RoPE + KV write against the torch steps. The caches are
+    poisoned: the written slots must match, every other slot must still hold the poison."""
     from kernels.fused import qk_norm_rope
 
     _triton(device)
     gen = torch.Generator().manual_seed(seed)
     width = (heads + 2 * kv_heads) * head_dim
     qkv = torch.randn(batch, tokens, width, generator=gen).to(dtype=dtype, device=device)
-    q_w, k_w = ((1.0 + torch.randn(head_dim, generator=gen) * 0.1).to(dtype=dtype, device=device) for _ in range(2))
+    q_w, k_w = ((1.0 + torch.randn(head_dim, generator=gen) * 0.1).to(dtype=dtype, device=device) if norm else None
+                for _ in range(2))  # fmt: skip
     angles = torch.rand(tokens, head_dim // 2, generator=gen).to(device) * 100.0
     positions = torch.arange(start, start + tokens, device=device)
     caches = {p: [torch.full((batch, capacity, kv_heads, head_dim), float("nan"), dtype=dtype, device=device)

@@ -155,6 +155,8 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("qk_norm_rope bf16 block at the cache end", lambda d: sc.check_qk_norm_rope(
             16, *heads, head_dim, cap, bf16, d, start=cap - 16)),
         ("qk_norm_rope fp16 prefill b2", lambda d: sc.check_qk_norm_rope(prompt, *heads, head_dim, cap, f16, d, batch=2)),
+        ("rope without norm (Qwen2 layers) bf16 block", lambda d: sc.check_qk_norm_rope(
+            BLOCK, *heads, head_dim, cap, bf16, d, start=cap - BLOCK, norm=False)),
     ]  # fmt: skip
 
 
@@ -420,12 +422,12 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
 def _engine_row(report: Report, model, shape, prompt: int, kernels: str, reps: int) -> None:
     from latency_bench.gpu_engine import time_engine_pass
 
-    row = {"model": "dlm Transformer", "shape": shape.name, "prompt": prompt, "kernels": kernels,
-           **time_engine_pass(model, prompt, kernels, reps)}  # fmt: skip
+    row = {"model": f"dlm Transformer ({model.cfg.model_type})", "shape": shape.name, "prompt": prompt,
+           "kernels": kernels, **time_engine_pass(model, prompt, kernels, reps)}  # fmt: skip
     lean = [r["pass_ms"] for r in report.models if (r["shape"], r["prompt"], r["path"]) == (shape.name, prompt, kernels)]
     row["lean_bench_pass_ms"] = lean[0] if lean else None
     report.engine_at_scale.append(row)
-    print(f"  engine model {shape.name} L={prompt} [{kernels}]: graphed {row['graphed_pass_ms']} ms, "
+    print(f"  engine model {model.cfg.model_type} {shape.name} L={prompt} [{kernels}]: graphed {row['graphed_pass_ms']} ms, "
           f"eager {row['eager_pass_ms']} ms, {row['eager_kernel_launches']} kernels; prefill graphed-forward "
           f"{row['graphed_prefill_ms']} / eager {row['eager_prefill_ms']} ms, first block cold "
           f"{row['first_block_cold_ms']} ms", flush=True)  # fmt: skip
@@ -434,17 +436,18 @@ def _engine_row(report: Report, model, shape, prompt: int, kernels: str, reps: i
 def run_engine_at_scale(plan: Plan, report: Report) -> None:
     """The engine's own model at the largest benchmark shape: what a real checkpoint of that size would cost
     per pass, set beside the lean benchmark model's pass (the same weights to read, fewer kernels)."""
-    from latency_bench.gpu_engine import engine_model
+    from latency_bench.gpu_engine import ENGINE_FAMILIES, engine_model
 
     shape = _shape(plan.shapes[-1])
-    model = engine_model(shape, max(plan.prompts) + 64, plan.device, torch.bfloat16)
-    for prompt in plan.prompts:
-        for kernels in plan.paths:
-            report.attempt(f"engine model {shape.name} L={prompt} [{kernels}]",
-                           partial(_engine_row, report, model, shape, prompt, kernels, max(1, plan.reps // 2)))  # fmt: skip
-    del model
-    if plan.device.type == "cuda":
-        torch.cuda.empty_cache()
+    for family in ENGINE_FAMILIES:
+        model = engine_model(shape, max(plan.prompts) + 64, plan.device, torch.bfloat16, family)
+        for prompt in plan.prompts:
+            for kernels in plan.paths:
+                report.attempt(f"engine model {family} {shape.name} L={prompt} [{kernels}]",
+                               partial(_engine_row, report, model, shape, prompt, kernels, max(1, plan.reps // 2)))  # fmt: skip
+        del model
+        if plan.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------- goals and output

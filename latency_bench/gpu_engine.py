@@ -78,19 +78,28 @@ def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
     return rows
 
 
-def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.dtype) -> Transformer:
-    """The engine's own model (``dlm.model.Transformer``, SDAR family) at a benchmark shape, random weights."""
+# The layer kinds the engine's fused path covers: Qwen3-style (q/k norms) and Qwen2-style (q/k/v biases)
+ENGINE_FAMILIES = ("sdar", "Fast_dLLM_Qwen")
+
+
+def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.dtype,
+                 model_type: str = "sdar") -> Transformer:  # fmt: skip
+    """The engine's own model (``dlm.model.Transformer``, of the family ``model_type`` names) at a benchmark
+    shape, random weights."""
     from dlm.config import ModelConfig
     from dlm.model import Transformer
 
     cfg = ModelConfig.from_hf({
-        "model_type": "sdar", "vocab_size": shape.vocab, "hidden_size": shape.hidden,
+        "model_type": model_type, "vocab_size": shape.vocab, "hidden_size": shape.hidden,
         "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
         "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
         "intermediate_size": shape.intermediate, "rope_theta": shape.rope_theta, "tie_word_embeddings": True,
         "block_size": 16, "mask_token_id": shape.vocab - 1, "max_position_embeddings": context,
     })  # fmt: skip
-    with torch.device(device):  # initialised where it runs: a 1.7B model never passes through host memory
+    cuda = [device] if device.type == "cuda" else []
+    # initialised where it runs (a 1.7B model never passes through host memory), from a fixed seed
+    with torch.random.fork_rng(devices=cuda), torch.device(device):
+        torch.manual_seed(0)
         model = Transformer(cfg).to(dtype)
         model.rotary = type(model.rotary)(cfg)  # the RoPE frequencies stay fp32, as dlm.checkpoint loads them
     return model.eval().requires_grad_(False)

@@ -156,6 +156,10 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
                                       torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
                                       torch.zeros(1, 16, 16, 128, dtype=dtype), cache, cache)  # fmt: skip
             collect(f"fused {dtype}", recs)
+        fused_triton.qk_norm_rope(torch.zeros(1, 16, 32 * 128, dtype=dtype), 16, 8, None, None, 1e-6,
+                                  torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
+                                  torch.zeros(1, 16, 16, 128, dtype=dtype), cache, cache)  # fmt: skip
+        collect("rope without norm fp32", recs)
     with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
         for dtype, split_k in [(torch.bfloat16, 1), (torch.bfloat16, 4), (torch.float32, 1)]:
             x, out = torch.zeros(16, 2048, dtype=dtype), torch.zeros(16, 4096, dtype=dtype)

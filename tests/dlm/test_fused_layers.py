@@ -1,5 +1,6 @@
-"""The fused layer path of Qwen3-shaped models: the same logits and cache contents as the model's own layers,
-with the weights stacked in place rather than copied, on both kernel paths (Triton interpreted on the CPU)."""
+"""The fused layer path: the same logits and cache contents as the model's own layers, with the weights stacked
+in place rather than copied, on both kernel paths (Triton interpreted on the CPU), for Qwen3-style layers (q/k
+norms) and Qwen2-style ones (q/k/v biases)."""
 
 import pytest
 import torch
@@ -7,7 +8,7 @@ import torch
 from dlm.checkpoint import load_checkpoint
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.prefill import prefill_blocks
-from dlm.fused_layers import fusable, fused_layers, fused_prefill_chunk, fused_window_logits
+from dlm.fused_layers import fused_layers, fused_prefill_chunk, fused_window_logits
 from dlm.kv_cache import KVCache
 from kernels.dispatch import triton_available
 
@@ -29,16 +30,20 @@ def test_stacking_rebinds_the_projections_as_views_without_changing_them(fixture
         assert torch.equal(after[name], tensor), name
 
 
-def test_families_with_qkv_bias_are_not_fused(fixtures_dir):
+def test_qwen2_style_layers_stack_their_biases_and_have_no_qk_norm(fixtures_dir):
     model, _ = load_checkpoint(fixtures_dir / "fast_dllm_v2" / "checkpoint")
-    assert not fusable(model.cfg)
-    with pytest.raises(ValueError, match="fused layers need"):
-        fused_layers(model)
+    layer = fused_layers(model)[0]
+    attn = model.model.layers[0].self_attn
+    assert layer.q_norm is None and layer.k_norm is None
+    assert layer.qkv_bias is not None and layer.qkv_bias.shape == (layer.qkv.shape[0],)
+    assert torch.equal(layer.qkv_bias[-attn.v_proj.bias.shape[0]:], attn.v_proj.bias)
+    assert attn.v_proj.bias.untyped_storage().data_ptr() == layer.qkv_bias.untyped_storage().data_ptr()
 
 
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])  # Qwen3-style layers, and Qwen2-style (biases)
 @pytest.mark.parametrize("kernels", ["torch", pytest.param("triton", marks=needs_triton)])
-def test_fused_pass_matches_the_models_layers(fixtures_dir, kernels):
-    model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
+def test_fused_pass_matches_the_models_layers(fixtures_dir, kernels, family):
+    model, _ = load_checkpoint(fixtures_dir / family / "checkpoint")
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, model.cfg.vocab_size - 2, (13,), generator=gen).tolist()
     eager, fused_cache = CachedForward(model, KVCache(model.cfg, 64)), KVCache(model.cfg, 64)

@@ -41,6 +41,11 @@ def test_qk_norm_rope(dtype, tokens, heads, kv_heads, head_dim, capacity, batch,
     )
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_without_norm_for_qwen2_style_layers(dtype):
+    check_qk_norm_rope(9, 4, 2, 32, 24, dtype, batch=2, start=7, seed=5, norm=False)
+
+
 def test_bad_shapes_are_refused_with_the_shapes_named():
     x = torch.zeros(2, 8)
     with pytest.raises(ValueError, match="add_rms_norm"):
@@ -48,6 +53,9 @@ def test_bad_shapes_are_refused_with_the_shapes_named():
     with pytest.raises(ValueError, match="must be even"):
         silu_mul(torch.zeros(2, 7))
     cache = torch.zeros(1, 8, 1, 4)
+    with pytest.raises(ValueError, match="both q and k norm weights, or neither"):
+        qk_norm_rope(torch.zeros(1, 2, 12), 1, 1, torch.ones(4), None, 1e-6, torch.ones(2, 2),
+                     torch.ones(2, 2), torch.arange(2), cache, cache)  # fmt: skip
     with pytest.raises(ValueError, match="width 10"):
         qk_norm_rope(torch.zeros(1, 2, 10), 1, 1, torch.ones(4), torch.ones(4), 1e-6, torch.ones(2, 2),
                      torch.ones(2, 2), torch.arange(2), cache, cache)  # fmt: skip

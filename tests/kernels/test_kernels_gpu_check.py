@@ -31,7 +31,9 @@ def test_dry_run_writes_a_complete_report(tmp_path):
         ("off", "triton"), ("on", "triton"), ("on", "torch")]
     assert all(r["first_block_ms"] > 0 and r["ms_per_pass"] > 0 for r in report["engine"])
     at_scale = report["engine_at_scale"]
-    assert [r["kernels"] for r in at_scale] == ["triton", "torch"] and all(r["graphed_pass_ms"] > 0 for r in at_scale)
+    assert [(r["model"], r["kernels"]) for r in at_scale] == [
+        (f"dlm Transformer ({family})", kernels) for family in ("sdar", "fast_dllm_qwen") for kernels in ("triton", "torch")]
+    assert all(r["graphed_pass_ms"] > 0 and r["argmax_agree"] > 0.9 for r in at_scale)
     assert all(r["lean_bench_pass_ms"] and r["eager_kernel_launches"] > 0 for r in at_scale)
     md = js.with_suffix(".md")
     assert "## Goals" in md.read_text() and "| confidence |" in md.read_text()
