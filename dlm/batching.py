@@ -35,8 +35,7 @@ class StackedCaches:
             keys[i, :, :length] = cache.k[layer, 0, :, :length]
             values[i, :, :length] = cache.v[layer, 0, :, :length]
             if self.store:
-                if length + n > cache.capacity:
-                    raise ValueError(f"KV cache full: {length + n} positions needed, capacity {cache.capacity}")
+                cache.check_room(n)
                 cache.k[layer, 0, :, length:length + n] = k[i]
                 cache.v[layer, 0, :, length:length + n] = v[i]
         keys[:, :, self.width:] = k

@@ -140,8 +140,8 @@ def fused_prefill_chunk(model: Transformer, layers: list[FusedLayer], cache: KVC
     reads the whole cache: the block-causal rule hides every block after the queries' own, so the chunk must
     then end on a block boundary (else its last block's queries would see stale rows after it)."""
     n = ids.shape[1]
-    if isinstance(start, int) and start + n > cache.capacity:
-        raise ValueError(f"KV cache full: {start + n} positions needed, capacity {cache.capacity}")
+    if isinstance(start, int):
+        cache.check_room(n)  # start is the cache's length (a device start: the caller checked)
 
     def attend(layer: int, q: torch.Tensor) -> torch.Tensor:
         k_cache, v_cache = _sequence_major(cache, layer)

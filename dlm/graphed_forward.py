@@ -72,18 +72,18 @@ class GraphedForward(CachedForward):
             return fused_prefill_chunk(self.model, self._fused, self.cache, ids, start, block_size, self.kernels)
         self._length.fill_(start)
         inputs = (F.pad(ids, (0, padded_n - n)), self._length)  # padded with token 0: any id would do
-        graph = self._graphs.get(("prefill", padded_n, block_size))
+        key = ("prefill", padded_n, block_size)
+        graph = self._graphs.get(key)
         if graph is None:
             run = partial(fused_prefill_chunk, self.model, self._fused, self.cache, block_size=block_size,
                           kernels=self.kernels)  # fmt: skip
-            graph = self._graphs[("prefill", padded_n, block_size)] = capture(run, inputs)
+            graph = self._graphs[key] = capture(run, inputs)
         return graph(*inputs)[:, :n].clone()  # the graph's output buffer is overwritten by its next replay
 
     def _replay(self, ids: torch.Tensor, store: int) -> torch.Tensor:
         """Logits [n, V] for ``ids`` after the cache, storing the KV of the first ``store`` of them."""
         n = ids.shape[0]
-        if self.cache.length + n > self.cache.capacity:
-            raise ValueError(f"KV cache full: {self.cache.length + n} positions needed, capacity {self.cache.capacity}")
+        self.cache.check_room(n)
         self._length.fill_(self.cache.length)
         inputs = (ids[None], self._length)
         graph = self._graphs.get((n, store))

@@ -40,11 +40,15 @@ class KVCache:
     def capacity(self) -> int:
         return self.k.shape[3]
 
+    def check_room(self, n: int) -> None:
+        """Refuse a pass of ``n`` new positions that would not fit after the committed prefix."""
+        if self.length + n > self.capacity:
+            raise ValueError(f"KV cache full: {self.length + n} positions needed, capacity {self.capacity}")
+
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values to attend to for this pass: the committed prefix plus the new ones."""
+        self.check_room(k.shape[2])
         start, end = self.length, self.length + k.shape[2]
-        if end > self.capacity:
-            raise ValueError(f"KV cache full: {end} positions needed, capacity {self.capacity}")
         if self.store:
             self.k[layer, :, :, start:end] = k
             self.v[layer, :, :, start:end] = v
