@@ -12,12 +12,14 @@ the last `loss_window` curriculum steps) wins. The winner's state then trains on
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import copy
 import multiprocessing
 import os
 import shutil
 import signal
+import threading
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -52,8 +54,19 @@ def with_seed(run: RunConfig, seed: int) -> RunConfig:
     return chosen
 
 
+def _stop_when_orphaned() -> None:
+    """Interrupt this candidate once the run that started it is gone. A run killed outright (SIGTERM,
+    SIGKILL) never reaches its cleanup, and its candidates would otherwise train on for the whole curriculum,
+    taking the cores from whatever runs next."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        wait([parent.sentinel])
+        _thread.interrupt_main()
+
+
 def _run_curriculum(run: RunConfig, progress: bool) -> None:
-    # another candidate winning the race interrupts this one: exit cleanly, releasing what it holds
+    threading.Thread(target=_stop_when_orphaned, daemon=True).start()
+    # another candidate winning the race, or the run's end, interrupts this one: exit cleanly, releasing what it holds
     with contextlib.suppress(KeyboardInterrupt):
         train(run, resume=True, progress=progress, curriculum_only=True)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -186,6 +189,35 @@ def test_with_until_loss_the_first_candidate_under_it_wins(tmp_path: Path) -> No
     assert picked.phase_starts[-1] == 3 and picked.steps == 8
     raced = torch.load(tmp_path / "state" / "candidates" / f"seed-{winner}" / "state.pt")
     assert raced["step"] == 3 and state["losses"][:3] == raced["losses"]
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (an exited child nobody has reaped yet counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the candidates through Linux's /proc")
+def test_a_run_killed_outright_takes_its_racing_candidates_with_it(tmp_path: Path) -> None:
+    config = tiny_run(tmp_path, steps=10**6, checkpoint_every=1, curriculum_steps=10**6)
+    config["curriculum"]["candidates"] = 2
+    script = ("from dlm.train.candidates import train_with_candidates; from dlm.train.config import from_dict; "
+              f"train_with_candidates(from_dict({config!r}), progress=False)")
+    run = subprocess.Popen([sys.executable, "-c", script])
+    states = [tmp_path / "state" / "candidates" / f"seed-{seed}" / "state.pt" for seed in (0, 1)]
+    deadline = time.monotonic() + 180
+    while not all(state.exists() for state in states):  # both candidates are training
+        assert run.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    candidates = [int(pid) for pid in Path(f"/proc/{run.pid}/task/{run.pid}/children").read_text().split()]
+    run.kill()  # SIGKILL: no cleanup of the run's own can stop them
+    run.wait()
+    deadline = time.monotonic() + 60
+    while any(_running(pid) for pid in candidates) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(candidates) >= 2 and not any(_running(pid) for pid in candidates)
 
 
 def test_curriculum_only_stops_where_the_curriculum_ends_and_a_resume_goes_no_further(tmp_path: Path) -> None:
