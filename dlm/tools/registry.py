@@ -181,6 +181,18 @@ def _country_capital(session: ToolSession, args: dict[str, Any]) -> dict[str, An
     return {"country": country, "capital": capital}
 
 
+MAX_SPELLED_CHARACTERS = 40
+
+
+def _spell_word(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
+    """The letters to read out, so the model copies them instead of recalling how a word it may never have
+    seen is spelled (a word's letters are not in its tokens; copying is a skill it has)."""
+    words = args["word"].lower().split()
+    if not words or len(args["word"]) > MAX_SPELLED_CHARACTERS:
+        raise ValueError(f"spell one word or name of 1 to {MAX_SPELLED_CHARACTERS} characters")
+    return {"word": " ".join(words), "spoken": " / ".join(", ".join(word) for word in words)}
+
+
 _TIMEZONE = {"type": "string", "description": "IANA timezone such as Europe/Paris; default local time"}
 _TOOL_LIST = [
     Tool("get_time", "The current time of day.",
@@ -208,6 +220,9 @@ _TOOL_LIST = [
     Tool("country_capital", "The capital city of a country.",
          {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"],
           "additionalProperties": False}, _country_capital),
+    Tool("spell_word", "The letters of a word or name, to read them out.",
+         {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"],
+          "additionalProperties": False}, _spell_word),
 ]
 TOOLS: dict[str, Tool] = {tool.name: tool for tool in _TOOL_LIST}
 _COMPILED = {tool.name: CompiledSchema(tool.parameters) for tool in _TOOL_LIST}

@@ -415,19 +415,21 @@ SPELL_AGAIN = ["can you spell that again", "say that again", "one more time plea
 
 
 def spelling(ctx: Context) -> tuple[Call, Facts]:
-    """Training also spells made-up words (MADE_UP_SPELLINGS of the time): the letters of many more token pieces
-    than the word list's, which spelling a held-out word is made of."""
+    """Spelling goes through the `spell_word` tool and the reply copies its letters: a small model cannot
+    recall the letters of a word it never saw spelled (0% on held-out words without the tool). Training also
+    spells made-up words (MADE_UP_SPELLINGS of the time), so the word copied into the call is any heard word."""
     if ctx.split == "train" and ctx.rng.random() < MADE_UP_SPELLINGS:
         word = made_up_word(ctx)
     else:
         word = ctx.value(lambda r: r.choice(sorted(set(WORDS))), key=lambda w: f"spell:{w}")
     ask(ctx, ctx.template(SPELL_ASKS).format(w=word))
-    letters = ", ".join(word)
+    letters = ctx.call("spell_word", {"word": word})["spoken"]
     ctx.say(ctx.choice(["{w} is spelled {s}.", "it's spelled {s}.", "{s}."]).format(w=word, s=letters))
     if ctx.rng.random() < 0.2:
         ask(ctx, ctx.template(SPELL_AGAIN))
         ctx.say(f"sure, {letters}.")
-    return None, letters
+        return None, letters
+    return call_of("spell_word", {"word": word}), letters
 
 
 # --- repeating what was heard ---------------------------------------------------------------------------

@@ -116,6 +116,14 @@ def test_capitals() -> None:
         run_tool("country_capital", {"country": "atlantis"})
 
 
+def test_spelling_reads_out_each_word_letter_by_letter() -> None:
+    assert json.loads(run_tool("spell_word", {"word": "Garden"})) == {"word": "garden", "spoken": "g, a, r, d, e, n"}
+    assert json.loads(run_tool("spell_word", {"word": " new  york "}))["spoken"] == "n, e, w / y, o, r, k"
+    for word in ("  ", "x" * 41):
+        with pytest.raises(ToolError, match="spell one word or name of 1 to 40 characters"):
+            run_tool("spell_word", {"word": word})
+
+
 @pytest.mark.parametrize(("name", "arguments", "message"), [
     ("launch_rockets", {}, "unknown tool 'launch_rockets'"),
     ("calculator", {}, "missing required key 'expression'"),

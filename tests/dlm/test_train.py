@@ -93,7 +93,7 @@ def test_tiny_run_learns_and_exports_a_loadable_checkpoint(tmp_path: Path) -> No
 
 
 def test_fine_tuning_starts_from_the_checkpoint_and_keeps_its_tokenizer(tmp_path: Path) -> None:
-    base = train(from_dict(tiny_run(tmp_path / "base", steps=20)), progress=False)
+    base = train(from_dict(tiny_run(tmp_path / "base", steps=40)), progress=False)
     config = tiny_run(tmp_path / "tuned", steps=3)
     config["train"] |= {"init_from": str(base.out_dir), "lr": 1e-4}
     tuned = train(from_dict(config), progress=False)
