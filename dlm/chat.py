@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from dlm.config import CheckpointError
 from dlm.engine import Engine
+from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCallSplitter, run_tool_call
 
@@ -45,6 +46,7 @@ class TerminalChat:
         timing, started = TurnTiming(), time.monotonic()
         reply = ""
         for _ in range(MAX_TOOL_ROUNDS + 1):
+            self._fit_history()
             round_ = _Round(self._show, timing, started)
             self.engine.generate(self.history, session=self.session, on_piece=round_.take, **self.options)
             reply += round_.finish()
@@ -56,6 +58,12 @@ class TerminalChat:
         self.history.append({"role": "assistant", "content": reply.strip()})
         timing.total_ms = 1000 * (time.monotonic() - started)
         return timing
+
+    def _fit_history(self) -> None:
+        """Forget the oldest exchanges while the prompt leaves no room for a whole reply in the context."""
+        cfg = self.engine.model.cfg
+        budget = cfg.max_position_embeddings - self.options["max_new_tokens"] - 2 * cfg.block_size
+        fit_history(self.history, lambda messages: len(self.engine.prompt_ids(messages, True)), budget)
 
     def _show(self, text: str) -> None:
         if text:

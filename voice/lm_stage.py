@@ -15,6 +15,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCall, ToolCallSplitter, run_tool_call, spoken_result
 from voice.config import LmConfig
@@ -53,17 +54,10 @@ class LmStage:
         return len(self.engine.prompt_ids(messages, True if self.config.tools else None))
 
     def _fit_history(self) -> None:
-        """Drop the oldest exchanges until the prompt leaves room for a whole reply in the model's context.
-
-        The demo model has a short context; a long conversation forgets its beginning rather than failing.
-        """
+        """Leave room in the model's context for a whole reply (``dlm.history.fit_history``)."""
         cfg = self.engine.model.cfg
         budget = cfg.max_position_embeddings - self.config.max_new_tokens - 2 * (self.config.block_size or cfg.block_size)
-        first = 1 if self.history and self.history[0]["role"] == "system" else 0
-        while len(self.history) - first > 1 and self._prompt_len(self.history) > budget:
-            del self.history[first]
-            while len(self.history) - first > 1 and self.history[first]["role"] != "user":
-                del self.history[first]
+        fit_history(self.history, self._prompt_len, budget)
 
     def partial_prompt_ids(self, user_text: str) -> list[int]:
         """Token ids of the history plus the start of a user message holding ``user_text`` (no end marker)."""

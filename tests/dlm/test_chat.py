@@ -11,6 +11,7 @@ import pytest
 from dlm.chat import TerminalChat, run_chat
 from dlm.cli import DEMO_CHECKPOINT
 from dlm.engine import Engine
+from dlm.history import fit_history
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +46,28 @@ def test_a_missing_model_is_a_clear_error() -> None:
                           input="hi\n", capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "/nonexistent/model" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_long_chat_forgets_its_oldest_exchanges_instead_of_overflowing_the_context(engine: Engine) -> None:
+    chat = TerminalChat(engine, io.StringIO())
+    questions = ["what's the date today", "spell umbrella", "what is the capital of france", "what's 12 times 4",
+                 "how much is 3 miles in kilometers", "set a timer for 5 minutes"]
+    for question in questions:  # the demo's 320-token context holds about three of these exchanges
+        chat.turn(question)
+    cfg = engine.model.cfg
+    assert len(engine.prompt_ids(chat.history, True)) <= cfg.max_position_embeddings
+    assert chat.history[0]["role"] == "system" and chat.history[1]["role"] == "user"
+    users = [m["content"] for m in chat.history if m["role"] == "user"]
+    assert users[-1] == questions[-1] and questions[0] not in users
+
+
+def test_fit_history_drops_whole_exchanges_from_the_oldest_and_keeps_the_system_message() -> None:
+    history = [{"role": "system", "content": "s"},
+               {"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": []},
+               {"role": "tool", "content": "{}"}, {"role": "assistant", "content": "ra"},
+               {"role": "user", "content": "b"}, {"role": "assistant", "content": "rb"},
+               {"role": "user", "content": "c"}]
+    fit_history(history, len, budget=4)
+    assert [m["content"] for m in history] == ["s", "b", "rb", "c"]
+    fit_history(history, len, budget=0)  # the newest message stays whatever the budget
+    assert [m["content"] for m in history] == ["s", "c"]
