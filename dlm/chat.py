@@ -1,7 +1,7 @@
 """``python -m dlm chat [--model DIR]``: talk to a checkpoint in the terminal, with its tools.
 
 Each reply is printed as its blocks commit, tool calls run for real (clock, calculator, units, timers,
-capitals) and go back to the model, and every turn ends with its first-block and total time, the two
+capitals, spelling) and go back to the model, and every turn ends with its first-block and total time, the two
 figures a voice caller feels. An empty line or end of input ends the chat.
 """
 
