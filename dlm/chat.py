@@ -61,8 +61,7 @@ class TerminalChat:
 
     def _fit_history(self) -> None:
         """Forget the oldest exchanges while the prompt leaves no room for a whole reply in the context."""
-        cfg = self.engine.model.cfg
-        budget = cfg.max_position_embeddings - self.options["max_new_tokens"] - 2 * cfg.block_size
+        budget = self.engine.context_room() - self.options["max_new_tokens"]
         fit_history(self.history, lambda messages: len(self.engine.prompt_ids(messages, True)), budget)
 
     def _show(self, text: str) -> None:

@@ -212,15 +212,21 @@ class Engine:
             raise TypeError(f"unknown generation option(s): {', '.join(sorted(unknown))}")
         return Knobs(**clean), seed
 
+    def context_room(self, block_size: int | None = None) -> int:
+        """Tokens of prompt and reply together that a generation may use: the context less the two blocks
+        decoding keeps in reserve past the reply. One rule for the engine's own check, the API's advertised
+        context and the chats that trim their history to fit."""
+        cfg = self.model.cfg
+        return cfg.max_position_embeddings - 2 * (block_size or cfg.block_size)
+
     def _steps(self, session: Session, ids: list[int], knobs: Knobs, seed: int | None, run: _Run,
                stop_ids: frozenset[int]) -> Generator[Commit | bc.Pass, torch.Tensor | None, None]:
         """The whole generation: commits, and the passes it needs (run by the scheduler, maybe batched)."""
         generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         cfg = self.model.cfg
-        ctx = cfg.max_position_embeddings
-        room = ctx - len(ids) - 2 * (knobs.block_size or cfg.block_size)
+        room = self.context_room(knobs.block_size) - len(ids)
         if room < 1:
-            raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({ctx})")
+            raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({cfg.max_position_embeddings})")
         knobs = dataclasses.replace(knobs, max_new_tokens=min(knobs.max_new_tokens, room))
         if cfg.bidirectional:
             yield from _bidirectional_steps(self.model, ids, knobs, stop_ids, seed)

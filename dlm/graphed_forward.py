@@ -70,27 +70,28 @@ class GraphedForward(CachedForward):
         padded_n = max(MIN_PREFILL_GRAPH, 1 << (n - 1).bit_length())
         if start % block_size or n % block_size or padded_n % block_size or start + padded_n > self.cache.capacity:
             return fused_prefill_chunk(self.model, self._fused, self.cache, ids, start, block_size, self.kernels)
-        self._length.fill_(start)
-        inputs = (F.pad(ids, (0, padded_n - n)), self._length)  # padded with token 0: any id would do
-        key = ("prefill", padded_n, block_size)
+        run = partial(fused_prefill_chunk, self.model, self._fused, self.cache, block_size=block_size,
+                      kernels=self.kernels)  # fmt: skip
+        padded = F.pad(ids, (0, padded_n - n))  # padded with token 0: any id would do
+        hidden = self._run_graph(("prefill", padded_n, block_size), run, padded)
+        return hidden[:, :n].clone()  # the graph's output buffer is overwritten by its next replay
+
+    def _run_graph(self, key: tuple[object, ...], run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                   ids: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """``run(ids, length)`` after the cache's length, replayed from the graph captured for ``key`` (captured
+        on first use: capture warms up by running the pass, and the KV it writes is rewritten by the replay)."""
+        self._length.fill_(self.cache.length)
+        inputs = (ids, self._length)
         graph = self._graphs.get(key)
         if graph is None:
-            run = partial(fused_prefill_chunk, self.model, self._fused, self.cache, block_size=block_size,
-                          kernels=self.kernels)  # fmt: skip
             graph = self._graphs[key] = capture(run, inputs)
-        return graph(*inputs)[:, :n].clone()  # the graph's output buffer is overwritten by its next replay
+        return graph(*inputs)
 
     def _replay(self, ids: torch.Tensor, store: int) -> torch.Tensor:
         """Logits [n, V] for ``ids`` after the cache, storing the KV of the first ``store`` of them."""
         n = ids.shape[0]
         self.cache.check_room(n)
-        self._length.fill_(self.cache.length)
-        inputs = (ids[None], self._length)
-        graph = self._graphs.get((n, store))
-        if graph is None:
-            # capture warms up by running the pass; the KV it stores is rewritten by the replay below
-            graph = self._graphs[(n, store)] = capture(self._static_pass(store), inputs)
-        return graph(*inputs)
+        return self._run_graph((n, store), self._static_pass(store), ids[None])
 
     def denoise(self, window: torch.Tensor, rows: torch.Tensor, pending: torch.Tensor | None = None
                 ) -> torch.Tensor:

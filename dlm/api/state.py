@@ -31,9 +31,8 @@ class ApiState:
 
     @property
     def context_length(self) -> int:
-        """Room for prompt + completion: the engine keeps two blocks of the context in reserve."""
-        cfg = self.engine.model.cfg
-        return cfg.max_position_embeddings - 2 * cfg.block_size
+        """Room for prompt + completion (:meth:`dlm.engine.Engine.context_room`)."""
+        return self.engine.context_room()
 
     @cached_property
     def vocab(self) -> list[str]:
