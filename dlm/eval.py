@@ -35,6 +35,7 @@ from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
 from dlm.kv_cache import KVCache
 from dlm.tools import tool_call_schema
+from dlm.tools.grounding import grounded_call_schema
 from dlm.train.data import Example, generate
 from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
 
@@ -117,9 +118,10 @@ class Assistant:
                                                          policy.bar) for token in committed]
         return Generation([self.call_open, *ids, self.call_close], forward.passes)
 
-    def api_call(self, prompt: list[int], effort: str) -> tuple[list[int], SpanRun]:
-        """Decode as the OpenAI API does with tools (tool_choice auto): free text, calls under their schema."""
-        plan = SpanPlan(open_id=self.call_open, span_schema=self.call_schema, close_id=self.call_close)
+    def api_call(self, prompt: list[int], effort: str, schema: dict[str, Any] | None = None) -> tuple[list[int], SpanRun]:
+        """Decode as the OpenAI API does with tools (tool_choice auto): free text, calls under their schema
+        (the voice stage's: the grounded `schema`, see `dlm.tools.grounding`)."""
+        plan = SpanPlan(open_id=self.call_open, span_schema=schema or self.call_schema, close_id=self.call_close)
         knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size, **self.rule)
         session, run = self.engine.new_session(), SpanRun()
         try:
@@ -171,8 +173,11 @@ class Tally:
         return hit / total if total else float("nan")
 
 
-def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ...] = EFFORTS) -> dict[str, Any]:
-    """The figures over the dialogues of `sample` that fit the model's context (`too_long` counts the rest)."""
+def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ...] = EFFORTS,
+             failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The figures over the dialogues of `sample` that fit the model's context (`too_long` counts the rest).
+    `failures`, when given, receives each dialogue the headline effort got wrong: what was asked, what was
+    expected and what the model said, for whoever tunes the data or the model next."""
     examples = [example for example in sample if assistant.fits(example)]
     lead = DEFAULT_EFFORT if DEFAULT_EFFORT in efforts else efforts[0]  # the effort the headline figures are of
     tally = Tally()
@@ -184,6 +189,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         ask = example.last_user_index() + 1
         prompt = assistant.prompt(example, ask)
         answer_prompt = assistant.prompt(example, len(example.messages) - 1) if example.call else None
+        lead_correct, lead_reply = False, ""  # the headline effort's, for the grounded figures
         for effort in efforts:
             first = assistant.generate(prompt, effort)
             tokens[effort] += len(first.ids)
@@ -202,6 +208,14 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
                 correct = not emitted and example.reply_is_correct(assistant.text(first.ids))
             tally.add(f"answer_correct/{effort}", correct)
             tally.add(f"answer_correct/{effort}/{example.intent}", correct)
+            if effort != lead:
+                continue
+            lead_correct, lead_reply = correct, assistant.text(reply.ids) if example.call else ""
+            if failures is not None and not correct:
+                failures.append({"intent": example.intent, "asked": example.messages[ask - 1]["content"],
+                                 "expected_call": example.call, "expected_facts": list(example.facts),
+                                 "said": assistant.tokenizer.decode(first.ids, skip_special=False),
+                                 "reply": lead_reply or None})
         if example.call:
             forced = assistant.constrained_call(prompt)
             constrained_tokens += len(forced.ids) - 1  # the forced <tool_call> was not decoded
@@ -212,6 +226,14 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
             ids, run = assistant.api_call(prompt, lead)
             tally.add("tool_call_exact_api", same_call(assistant.parse_call(ids)[1], example.call))
             tally.count("api_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
+            ids, run = assistant.api_call(prompt, lead, grounded_call_schema(example.messages[ask - 1]["content"]))
+            grounded_ok = same_call(assistant.parse_call(ids)[1], example.call)
+            tally.add("tool_call_exact_grounded", grounded_ok)
+            tally.add(f"tool_call_exact_grounded/{example.intent}", grounded_ok)
+            tally.count("grounded_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
+            lead_correct = grounded_ok and example.reply_is_correct(lead_reply)
+        tally.add("answer_correct_grounded", lead_correct)
+        tally.add(f"answer_correct_grounded/{example.intent}", lead_correct)
     intents = sorted({e.intent for e in examples})
     return {
         "examples": len(examples),
@@ -226,6 +248,9 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         "tokens_per_forward_constrained": constrained_tokens / max(constrained_passes, 1),
         "tool_call_exact_api": tally.rate("tool_call_exact_api"),
         "api_draft_kept": tally.rate("api_draft_kept"),
+        "tool_call_exact_grounded": tally.rate("tool_call_exact_grounded"),
+        "answer_correct_grounded": tally.rate("answer_correct_grounded"),
+        "grounded_draft_kept": tally.rate("grounded_draft_kept"),
         "by_effort": {e: {"tool_call_exact": tally.rate(f"tool_call_exact/{e}"),
                           "answer_correct": tally.rate(f"answer_correct/{e}"),
                           "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}")}
@@ -233,6 +258,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{lead}/{i}") for i in intents},
         "tool_call_exact_by_intent": {i: tally.rate(f"tool_call_exact/{lead}/{i}") for i in intents
                                       if f"tool_call_exact/{lead}/{i}" in tally.counts},  # intents with a call
+        "answer_correct_grounded_by_intent": {i: tally.rate(f"answer_correct_grounded/{i}") for i in intents},
     }
 
 
@@ -250,9 +276,13 @@ def format_table(report: dict[str, Any]) -> str:
               f"{'tokens_per_forward_constr.':<28}{report['tokens_per_forward_constrained']:>10.2f}",
               f"{'tool_call_exact_api':<28}{report['tool_call_exact_api']:>10.1%}",
               f"{'api_draft_kept':<28}{report['api_draft_kept']:>10.1%}", "",
-              f"by intent ({report['effort']}):{'answer':>18}{'tool call':>10}"]
-    calls = report["tool_call_exact_by_intent"]
-    lines += [f"  {k:<26}{v:>10.1%}" + (f"{calls[k]:>10.1%}" if k in calls else "")
+              "grounded in the caller's words (the voice stage's decoding, dlm.tools.grounding):",
+              f"{'tool_call_exact_grounded':<28}{report['tool_call_exact_grounded']:>10.1%}",
+              f"{'answer_correct_grounded':<28}{report['answer_correct_grounded']:>10.1%}",
+              f"{'grounded_draft_kept':<28}{report['grounded_draft_kept']:>10.1%}", "",
+              f"by intent ({report['effort']}):{'answer':>18}{'tool call':>10}{'grounded':>10}"]
+    calls, grounded = report["tool_call_exact_by_intent"], report["answer_correct_grounded_by_intent"]
+    lines += [f"  {k:<26}{v:>10.1%}" + (f"{calls[k]:>10.1%}" if k in calls else f"{'':>10}") + f"{grounded[k]:>10.1%}"
               for k, v in report["answer_correct_by_intent"].items()]
     return "\n".join(lines)
 
@@ -262,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint directory (default: the demo)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--failures", help="also write the dialogues the headline effort got wrong to this "
+                                           "JSON-lines file (what was asked, expected and said)")
     parser.add_argument("--limit", type=int, default=200, help="held-out dialogues to evaluate")
     parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
     parser.add_argument("--threads", type=int, default=2)
@@ -285,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.confidence_order:
         rule["in_order"] = False
     assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule)
-    report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts)
+    failures: list[dict[str, Any]] | None = [] if args.failures else None
+    report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts, failures)
     report["rule"] = rule or "each effort's own"
     report["seconds"] = round(time.monotonic() - started, 1)
     report["model"] = args.model
@@ -293,6 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if failures is not None:
+        Path(args.failures).write_text("".join(json.dumps(f) + "\n" for f in failures))
 
 
 if __name__ == "__main__":

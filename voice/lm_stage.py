@@ -5,7 +5,9 @@ stands for. While the caller speaks, the confirmed words are rendered as the sta
 message and prefilled, so that when the turn ends the engine only has the tail of the prompt left to
 process (it rolls its cache back to the longest common prefix when the final transcript differs).
 Tool calls arrive inside the reply text as ``<tool_call>{...}</tool_call>``; they are cut out of what
-is spoken, run with :mod:`dlm.tools`, and their results go back to the model for another round.
+is spoken, run with :mod:`dlm.tools`, and their results go back to the model for another round. A call
+whose names or numbers the caller did not say is decoded again with only heard ones allowed
+(:mod:`dlm.tools.grounding`), as the API's spans redo a draft that breaks their schema.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
+from dlm.api.tool_calls import CLOSE, OPEN
+from dlm.constrained import vocab_strings
+from dlm.effort import Knobs
 from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCall, ToolCallSplitter, run_tool_call, spoken_result
+from dlm.tools.grounding import call_fits, grounded_call_schema
 from voice.config import LmConfig
 
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
@@ -38,6 +45,8 @@ class LmStage:
         self._lock = asyncio.Lock()  # one engine call on the session at a time
         self._prefill_wanted: str | None = None
         self._prefilled: str | None = None
+        self._vocab: list[str] | None = None  # each token id as text, for grounded calls; built on first use
+        self.calls_redone = 0  # calls decoded again because they carried something the caller did not say
 
     def _stream_options(self) -> dict[str, Any]:
         cfg = self.config
@@ -115,12 +124,48 @@ class LmStage:
                     if tail.strip() or not spoke:
                         yield tail if tail.strip() else fallback  # never leave the caller in silence
                     return
+                call_body = await self._grounded(call_body)
                 if before_tool is not None:
                     await before_tool()
                 call = run_tool_call(self.tools, call_body)
                 fallback = spoken_result(call.result) or fallback
                 self.history += call.history_messages()
                 yield call
+
+    def _call_tags(self) -> tuple[int, int] | None:
+        """The ids of the call tags when calls can be decoded under a schema (block-causal model, tags that
+        are single tokens), else None."""
+        special = self.engine.tokenizer.special_tokens
+        open_id, close_id = special.get(OPEN), special.get(CLOSE)
+        if open_id is None or close_id is None or self.engine.model.cfg.bidirectional:
+            return None
+        return open_id, close_id
+
+    async def _grounded(self, body: str) -> str:
+        """The call as the caller's last words allow it: kept when it fits, else decoded again on the session
+        under the grounded schema, pass by pass on the model worker."""
+        tags = self._call_tags()
+        heard = next((m["content"] for m in reversed(self.history) if m["role"] == "user"), "")
+        schema = grounded_call_schema(heard)
+        if tags is None or call_fits(body, schema):
+            return body
+        self.calls_redone += 1
+        open_id, close_id = tags
+        if self._vocab is None:
+            self._vocab = vocab_strings(self.engine.tokenizer.backend)
+        plan = SpanPlan(start_schema=schema, start_end_ids=frozenset({close_id}), close_id=close_id)
+        prompt = [*self.engine.prompt_ids(self.history, True), open_id]
+        steps = span_decode(self.engine, self.session, prompt, self.config.max_new_tokens, plan, self._vocab,
+                            Knobs(effort=self.config.effort), None, SpanRun())
+        loop, ids = asyncio.get_running_loop(), []
+        try:
+            while close_id not in ids and (step := await loop.run_in_executor(self.engine.worker, next, steps,
+                                                                                None)) is not None:
+                ids += step
+        finally:
+            self.engine.worker.submit(steps.close)
+        return self.engine.tokenizer.decode(ids[: ids.index(close_id)] if close_id in ids else ids,
+                                            skip_special=False)
 
     def rollback(self, length: int) -> None:
         """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""

@@ -31,10 +31,14 @@ class ToolError(ValueError):
 
 @dataclass(frozen=True)
 class Tool:
+    """`heard` names the parameters whose value the caller says ("words" or a "number"), which a call may
+    only carry as heard (`dlm.tools.grounding`)."""
+
     name: str
     description: str
     parameters: dict[str, Any]
     run: Callable[[ToolSession, dict[str, Any]], dict[str, Any]]
+    heard: dict[str, str] = field(default_factory=dict)
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style function description."""
@@ -206,12 +210,14 @@ _TOOL_LIST = [
          {"type": "object",
           "properties": {"value": {"type": "number"}, "from_unit": {"enum": list(UNITS)},
                          "to_unit": {"enum": list(UNITS)}},
-          "required": ["value", "from_unit", "to_unit"], "additionalProperties": False}, _convert_units),
+          "required": ["value", "from_unit", "to_unit"], "additionalProperties": False}, _convert_units,
+         {"value": "number"}),
     Tool("set_timer", "Start a countdown timer.",
          {"type": "object",
           "properties": {"amount": {"type": "number"}, "unit": {"enum": list(TIMER_UNITS)},
                          "label": {"type": "string"}},
-          "required": ["amount", "unit"], "additionalProperties": False}, _set_timer),
+          "required": ["amount", "unit"], "additionalProperties": False}, _set_timer,
+         {"amount": "number", "label": "words"}),
     Tool("cancel_timer", "Cancel a timer by id, or the latest one.",
          {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": False},
          _cancel_timer),
@@ -219,10 +225,10 @@ _TOOL_LIST = [
          {"type": "object", "properties": {}, "additionalProperties": False}, _list_timers),
     Tool("country_capital", "The capital city of a country.",
          {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"],
-          "additionalProperties": False}, _country_capital),
+          "additionalProperties": False}, _country_capital, {"country": "words"}),
     Tool("spell_word", "The letters of a word or name, to read them out.",
          {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"],
-          "additionalProperties": False}, _spell_word),
+          "additionalProperties": False}, _spell_word, {"word": "words"}),
 ]
 TOOLS: dict[str, Tool] = {tool.name: tool for tool in _TOOL_LIST}
 _COMPILED = {tool.name: CompiledSchema(tool.parameters) for tool in _TOOL_LIST}
@@ -234,12 +240,16 @@ def tool_specs() -> list[dict[str, Any]]:
 
 def tool_call_schema(names: list[str] | None = None) -> dict[str, Any]:
     """The schema of one whole call, {"name": ..., "arguments": {...}}, for constrained decoding."""
-    chosen = [TOOLS[n] for n in (names or list(TOOLS))]
+    return call_schema({t.name: t.parameters for t in (TOOLS[n] for n in (names or list(TOOLS)))})
+
+
+def call_schema(parameters: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A call of any one of the named tools, each with the given schema of its arguments."""
     return {"anyOf": [
         {"type": "object",
-         "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+         "properties": {"name": {"const": name}, "arguments": schema},
          "required": ["name", "arguments"], "additionalProperties": False}
-        for t in chosen
+        for name, schema in parameters.items()
     ]}
 
 

@@ -1,0 +1,128 @@
+"""Tool arguments grounded in what the caller said: a call may only carry a name or number that was heard.
+
+The demo model copies a heard value into a call imperfectly: "slovakia" comes out as "fovakia", "sixteen
+minutes" as 19 (`python -m dlm.eval --failures F` lists them). Parameters that name something the caller
+says (a country, a word to spell, a timer's label, an amount) are marked `heard` in the registry; for one
+turn, `grounded_call_schema` narrows each of them to an enum of what the caller's words offer: their word
+runs, and the numbers they say in digits or in words. The schema then goes through the same constrained
+decoding as any other (`dlm.api.span_generation`): a draft that fits is kept, one that does not is decoded
+again with only heard values allowed. Expressions (the calculator's) stay free: a caller may say any
+arithmetic, and no enum of heard numbers covers it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from dlm.constrained.schema import CompiledSchema, check
+from dlm.tools.registry import TOOLS, call_schema
+
+MAX_PHRASE_WORDS = 3
+_UNITS = {w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+                                      "nine"])}
+_TEENS = {w: i + 10 for i, w in enumerate(["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+                                           "seventeen", "eighteen", "nineteen"])}
+_TENS = {w: 10 * (i + 2) for i, w in enumerate(["twenty", "thirty", "forty", "fifty", "sixty", "seventy",
+                                                 "eighty", "ninety"])}
+_SCALES = {"thousand": 1000, "million": 10**6, "billion": 10**9}
+_SIGNS = {"minus", "negative"}
+_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
+
+
+class _SpokenNumber:
+    """One number being read off a run of words: 'two hundred and five', 'minus fourteen', 'three point five'."""
+
+    def __init__(self, sign: int) -> None:
+        self.sign, self.total, self.part, self.last = sign, 0, 0, ""
+        self.decimals: str | None = None
+
+    def takes(self, word: str) -> bool:
+        """Whether `word` continues this number (and if so, take it)."""
+        if self.decimals is not None:
+            if word in _UNITS:
+                self.decimals += str(_UNITS[word])
+                return True
+            return False
+        follows_big = self.last in ("hundred", "scale")
+        if word in _UNITS and (self.last == "tens" or follows_big):
+            self.part, self.last = self.part + _UNITS[word], "unit"
+        elif word in _TEENS and follows_big:
+            self.part, self.last = self.part + _TEENS[word], "teen"
+        elif word in _TENS and follows_big:
+            self.part, self.last = self.part + _TENS[word], "tens"
+        elif word == "hundred" and self.last in ("unit", "teen", "tens") and self.part < 100:
+            self.part, self.last = self.part * 100, "hundred"
+        elif word in _SCALES and self.last in ("unit", "teen", "tens", "hundred"):
+            self.total, self.part, self.last = self.total + self.part * _SCALES[word], 0, "scale"
+        elif word == "point" and self.last in ("unit", "teen", "tens"):
+            self.decimals = ""
+        else:
+            return False
+        return True
+
+    def value(self) -> int | float:
+        whole = self.total + self.part
+        if self.decimals:
+            return self.sign * float(f"{whole}.{self.decimals}")
+        return self.sign * whole
+
+
+def heard_numbers(text: str) -> list[int | float]:
+    """The numbers in a transcript, in order, whether written in digits ('-14', '2.5') or words ('twenty-six')."""
+    found: list[int | float] = []
+    current: _SpokenNumber | None = None
+    sign = 1
+    for token in _TOKEN.findall(text.lower()):
+        if current is not None and (token == "and" and current.last in ("hundred", "scale") or current.takes(token)):
+            continue
+        if current is not None:
+            found.append(current.value())
+            current = None
+        if token[0].isdigit() or token[0] == "-":
+            value = float(token) if "." in token else int(token)
+            found.append(sign * value)
+        elif token in _UNITS or token in _TEENS or token in _TENS:
+            current = _SpokenNumber(sign)
+            current.part = _UNITS.get(token, _TEENS.get(token, _TENS.get(token, 0)))
+            current.last = "unit" if token in _UNITS else "teen" if token in _TEENS else "tens"
+        sign = -1 if token in _SIGNS else 1
+    if current is not None:
+        found.append(current.value())
+    return list(dict.fromkeys(found))
+
+
+def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
+    """Every run of up to `max_words` consecutive words of a transcript: the names a call may carry (a
+    possessive's 's left off: "denmark's capital" offers "denmark")."""
+    words = re.findall(r"[a-z0-9]+(?:'(?!s\b)[a-z]+)?", text.lower())
+    return list(dict.fromkeys(" ".join(words[i:i + n]) for n in range(1, max_words + 1)
+                              for i in range(len(words) - n + 1)))
+
+
+def grounded_parameters(parameters: dict[str, Any], heard: dict[str, str], text: str) -> dict[str, Any]:
+    """A tool's parameter schema with each heard parameter narrowed to what `text` offers (left as it is when
+    `text` offers nothing of its kind, so a call stays possible)."""
+    offers = {"words": heard_phrases(text), "number": heard_numbers(text)}
+    properties = dict(parameters.get("properties", {}))
+    for name, kind in heard.items():
+        if offers[kind]:
+            properties[name] = {"enum": offers[kind]}
+    return {**parameters, "properties": properties}
+
+
+def grounded_call_schema(heard_text: str, names: list[str] | None = None) -> dict[str, Any]:
+    """The schema of one call of the assistant's tools whose heard parameters carry only what `heard_text`
+    (the caller's last words) offers."""
+    chosen = [TOOLS[n] for n in (names or list(TOOLS))]
+    return call_schema({t.name: grounded_parameters(t.parameters, t.heard, heard_text) for t in chosen})
+
+
+def call_fits(body: str, schema: dict[str, Any]) -> bool:
+    """Whether a call's text is JSON that `schema` accepts."""
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError:
+        return False
+    return not check(value, CompiledSchema(schema))
