@@ -176,8 +176,9 @@ class Tally:
 def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ...] = EFFORTS,
              failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The figures over the dialogues of `sample` that fit the model's context (`too_long` counts the rest).
-    `failures`, when given, receives each dialogue the headline effort got wrong: what was asked, what was
-    expected and what the model said, for whoever tunes the data or the model next."""
+    `failures`, when given, receives each dialogue the headline effort got wrong as the product decodes it
+    (calls grounded): what was asked, what was expected, what the model said freely, the grounded call and
+    the reply, for whoever tunes the data or the model next."""
     examples = [example for example in sample if assistant.fits(example)]
     lead = DEFAULT_EFFORT if DEFAULT_EFFORT in efforts else efforts[0]  # the effort the headline figures are of
     tally = Tally()
@@ -189,7 +190,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         ask = example.last_user_index() + 1
         prompt = assistant.prompt(example, ask)
         answer_prompt = assistant.prompt(example, len(example.messages) - 1) if example.call else None
-        lead_correct, lead_reply = False, ""  # the headline effort's, for the grounded figures
+        lead_correct, lead_said, lead_reply, grounded_call = False, "", "", None  # the headline effort's
         for effort in efforts:
             first = assistant.generate(prompt, effort)
             tokens[effort] += len(first.ids)
@@ -210,12 +211,8 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
             tally.add(f"answer_correct/{effort}/{example.intent}", correct)
             if effort != lead:
                 continue
-            lead_correct, lead_reply = correct, assistant.text(reply.ids) if example.call else ""
-            if failures is not None and not correct:
-                failures.append({"intent": example.intent, "asked": example.messages[ask - 1]["content"],
-                                 "expected_call": example.call, "expected_facts": list(example.facts),
-                                 "said": assistant.tokenizer.decode(first.ids, skip_special=False),
-                                 "reply": lead_reply or None})
+            lead_correct, lead_said = correct, assistant.tokenizer.decode(first.ids, skip_special=False)
+            lead_reply = assistant.text(reply.ids) if example.call else ""
         if example.call:
             forced = assistant.constrained_call(prompt)
             constrained_tokens += len(forced.ids) - 1  # the forced <tool_call> was not decoded
@@ -227,13 +224,18 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
             tally.add("tool_call_exact_api", same_call(assistant.parse_call(ids)[1], example.call))
             tally.count("api_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
             ids, run = assistant.api_call(prompt, lead, grounded_call_schema(example.messages[ask - 1]["content"]))
-            grounded_ok = same_call(assistant.parse_call(ids)[1], example.call)
+            grounded_call = assistant.parse_call(ids)[1]
+            grounded_ok = same_call(grounded_call, example.call)
             tally.add("tool_call_exact_grounded", grounded_ok)
             tally.add(f"tool_call_exact_grounded/{example.intent}", grounded_ok)
             tally.count("grounded_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
             lead_correct = grounded_ok and example.reply_is_correct(lead_reply)
         tally.add("answer_correct_grounded", lead_correct)
         tally.add(f"answer_correct_grounded/{example.intent}", lead_correct)
+        if failures is not None and not lead_correct:
+            failures.append({"intent": example.intent, "asked": example.messages[ask - 1]["content"],
+                             "expected_call": example.call, "expected_facts": list(example.facts),
+                             "said": lead_said, "grounded_call": grounded_call, "reply": lead_reply or None})
     intents = sorted({e.intent for e in examples})
     return {
         "examples": len(examples),
@@ -292,8 +294,8 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint directory (default: the demo)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
-    parser.add_argument("--failures", help="also write the dialogues the headline effort got wrong to this "
-                                           "JSON-lines file (what was asked, expected and said)")
+    parser.add_argument("--failures", help="also write the dialogues the headline effort got wrong (calls "
+                                           "grounded) to this JSON-lines file: asked, expected, said")
     parser.add_argument("--limit", type=int, default=200, help="held-out dialogues to evaluate")
     parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
     parser.add_argument("--threads", type=int, default=2)

@@ -70,33 +70,37 @@ class _SpokenNumber:
 
 
 def heard_numbers(text: str) -> list[int | float]:
-    """The numbers in a transcript, in order, whether written in digits ('-14', '2.5') or words ('twenty-six')."""
+    """The numbers in a transcript, in order, whether written in digits ('-14', '2.5') or words ('twenty-six').
+    One said after 'minus' is offered both ways: 'fifty-one minus 22' is arithmetic, 'minus 22 degrees' is not."""
     found: list[int | float] = []
     current: _SpokenNumber | None = None
     sign = 1
+
+    def add(value: int | float, signed: bool) -> None:
+        found.extend((value, -value) if signed else (value,))
+
     for token in _TOKEN.findall(text.lower()):
         if current is not None and (token == "and" and current.last in ("hundred", "scale") or current.takes(token)):
             continue
         if current is not None:
-            found.append(current.value())
+            add(current.value(), current.sign < 0)
             current = None
         if token[0].isdigit() or token[0] == "-":
-            value = float(token) if "." in token else int(token)
-            found.append(sign * value)
+            add(sign * (float(token) if "." in token else int(token)), sign < 0)
         elif token in _UNITS or token in _TEENS or token in _TENS:
             current = _SpokenNumber(sign)
             current.part = _UNITS.get(token, _TEENS.get(token, _TENS.get(token, 0)))
             current.last = "unit" if token in _UNITS else "teen" if token in _TEENS else "tens"
         sign = -1 if token in _SIGNS else 1
     if current is not None:
-        found.append(current.value())
+        add(current.value(), current.sign < 0)
     return list(dict.fromkeys(found))
 
 
 def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
     """Every run of up to `max_words` consecutive words of a transcript: the names a call may carry (a
     possessive's 's left off: "denmark's capital" offers "denmark")."""
-    words = re.findall(r"[a-z0-9]+(?:'(?!s\b)[a-z]+)?", text.lower())
+    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", re.sub(r"'s\b", "", text.lower()))
     return list(dict.fromkeys(" ".join(words[i:i + n]) for n in range(1, max_words + 1)
                               for i in range(len(words) - n + 1)))
 

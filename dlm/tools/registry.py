@@ -56,9 +56,11 @@ class Timer:
 
 @dataclass
 class ToolSession:
-    """Per-conversation tool state (timers) and the clock, injectable so tests and data are reproducible."""
+    """Per-conversation tool state (timers) and the clock, injectable so tests and data are reproducible; the
+    facts table too, so training data can hold places the model cannot know and must read from the result."""
 
     clock: Callable[[], datetime] = field(default=lambda: datetime.now().astimezone())
+    capitals: dict[str, str] = field(default_factory=lambda: CAPITALS)
     timers: dict[int, Timer] = field(default_factory=dict)
     next_timer_id: int = 1
 
@@ -179,7 +181,7 @@ def _list_timers(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
 
 def _country_capital(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
     country = args["country"].strip().lower().removeprefix("the ")
-    capital = CAPITALS.get(country)
+    capital = session.capitals.get(country)
     if capital is None:
         raise ValueError(f"no capital known for {args['country']!r}")
     return {"country": country, "capital": capital}

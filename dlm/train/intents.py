@@ -255,7 +255,9 @@ LABEL_ASKS = ["set a timer for {n} {unit} for the {label}", "{n} {one} timer for
               "set a {n} {one} timer for the {label}", "{label} timer {n} {unit}",
               "start a {label} timer for {n} {unit}", "remind me about the {label} in {n} {unit}",
               "i need a {n} {one} timer for my {label}", "time the {label} for {n} {unit}",
-              "can you set a {label} timer {n} {unit}", "put on a {n} {one} {label} timer"]
+              "can you set a {label} timer {n} {unit}", "put on a {n} {one} {label} timer",
+              "{label} timer for {n} {unit} please", "put a {n} {one} timer on for the {label}",
+              "set a {n} {one} {label} timer", "start the {label} timer {n} {unit}", "i need a {label} timer {n} {unit}"]
 LABELS = ["pasta", "eggs", "tea", "laundry", "oven", "pizza", "workout", "nap", "cookies", "rice", "bread",
           "meeting", "break", "soup", "coffee", "cake", "plants", "homework"]
 CANCEL_ASKS = ["cancel the timer", "stop the timer", "never mind cancel that timer", "cancel it",
@@ -268,7 +270,9 @@ LIST_ASKS = ["how much time is left", "how long is left on my timer", "what time
              "how much time do i have left", "what's left on the timer", "show my timers",
              "is my timer still running", "can you check the timer", "how long until the timer goes off",
              "what's the status of my timer", "when does my timer end", "do i have a timer running",
-             "how much time is left on the timer", "list my timers", "time left on my timer", "how long do i have", "show me my timer", "when will the timer end"]
+             "how much time is left on the timer", "list my timers", "time left on my timer", "how long do i have", "show me my timer", "when will the timer end",
+             "how long have i got", "how much time have i got left", "what's the time left", "time remaining",
+             "how long till it rings", "how long is left"]
 
 
 def _set_timer(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -389,19 +393,28 @@ def _country(ctx: Context) -> str:
     return ctx.value(lambda r: r.choice(sorted(CAPITALS)), key=lambda c: f"country:{c}")
 
 
-def capital(ctx: Context) -> tuple[Call, Facts]:
+FICTIONAL_CAPITALS = 0.5
+
+
+def _ask_capital(ctx: Context, templates: list[str]) -> tuple[Call, Facts]:
+    """In training, half the made-up countries have a made-up capital in the session's atlas: otherwise every
+    capital the model reads in a result is one it could recall, and it never learns to copy one it cannot
+    (held-out capitals came out as "praare" for copenhagen)."""
     country = _country(ctx)
-    ask(ctx, ctx.template(CAPITAL_ASKS).format(c=country))
+    if ctx.split == "train" and country not in CAPITALS and ctx.rng.random() < FICTIONAL_CAPITALS:
+        ctx.session.capitals = {**ctx.session.capitals, country: made_up_word(ctx)}
+    ask(ctx, ctx.template(templates).format(c=country))
     result = ctx.call("country_capital", {"country": country})
     return call_of("country_capital", {"country": country}), _capital_reply(ctx, country, result)
+
+
+def capital(ctx: Context) -> tuple[Call, Facts]:
+    return _ask_capital(ctx, CAPITAL_ASKS)
 
 
 def capital_follow_up(ctx: Context) -> tuple[Call, Facts]:
     capital(ctx)
-    country = _country(ctx)
-    ask(ctx, ctx.template(CAPITAL_FOLLOW).format(c=country))
-    result = ctx.call("country_capital", {"country": country})
-    return call_of("country_capital", {"country": country}), _capital_reply(ctx, country, result)
+    return _ask_capital(ctx, CAPITAL_FOLLOW)
 
 
 # --- spelling -------------------------------------------------------------------------------------------
@@ -466,7 +479,8 @@ CHAT = {
                   "good evening", "good afternoon", "hiya", "morning", "hi there", "hiya there"],
                  ["hi! how can i help?", "hello! what can i do for you?", "hey, what do you need?"]),
     "how_are_you": (["how are you", "how's it going", "how are you doing today", "you doing okay",
-                     "how are things", "how have you been", "are you doing well"],
+                     "how are things", "how have you been", "are you doing well", "how's your day",
+                     "how's everything", "how are you today", "how do you feel", "you alright"],
                     ["i'm doing well, thanks. how can i help?", "pretty good! what can i do for you?"]),
     "identity": (["what's your name", "who are you", "what are you", "are you a robot", "are you a person",
                   "tell me about yourself", "what should i call you", "are you a real person"],
@@ -475,11 +489,14 @@ CHAT = {
                 "perfect thank you", "awesome thanks", "thanks a bunch", "that's great thank you", "thanks so much"],
                ["you're welcome!", "happy to help.", "anytime."]),
     "goodbye": (["bye", "goodbye", "see you later", "that's all", "good night", "talk to you later",
-                 "bye for now", "see ya", "that's it for now", "okay bye"],
+                 "bye for now", "see ya", "that's it for now", "okay bye", "catch you later", "i'm done", "later",
+                 "goodbye for now", "bye bye"],
                 ["bye! talk soon.", "goodbye!", "see you later."]),
     "capabilities": (["what can you do", "what can you help me with", "what are you able to do", "help",
                       "what do you know how to do", "what kind of things can you do", "how can you help me",
-                      "what are your skills", "what can i ask you", "what are you good at", "what are you best at"],
+                      "what are your skills", "what can i ask you", "what are you good at", "what are you best at",
+                      "what sort of things can you do", "what do you do", "what can you do for me",
+                      "what are you for", "tell me what you can do"],
                      ["i can tell you the time and date, do math, convert units, set timers, spell words, "
                       "and tell you the capital of a country."]),
 }

@@ -1,0 +1,80 @@
+"""Tool arguments grounded in the caller's words: what a transcript offers, and the schema that allows only it."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from dlm.constrained import CompiledSchema, check
+from dlm.tools import TOOLS, tool_call_schema
+from dlm.tools.grounding import call_fits, grounded_call_schema, heard_numbers, heard_phrases
+
+
+@pytest.mark.parametrize(("text", "numbers"), [
+    ("um so how much is twenty-six gallons in litres", [26]),
+    ("twenty six", [26]),
+    ("what's -14 fahrenheit in celsius", [-14]),
+    ("minus fourteen point five", [-14.5, 14.5]),
+    ("one thousand two hundred and five", [1205]),
+    ("repeat 455 884 friend", [455, 884]),
+    ("six five", [6, 5]),  # two numbers said one after the other, not sixty-five
+    ("fifty-one minus 22", [51, -22, 22]),  # 'minus' may be arithmetic or a sign: both offered
+    ("set a timer for 2.5 hours", [2.5]),
+    ("a hundred", []),  # no number word to start from: nothing offered, the parameter stays free
+    ("what's the capital of france", []),
+])
+def test_heard_numbers_in_digits_and_words(text: str, numbers: list[float]) -> None:
+    assert heard_numbers(text) == numbers
+
+
+def test_heard_phrases_are_word_runs_without_possessives() -> None:
+    phrases = heard_phrases("tell me denmark's capital")
+    assert {"denmark", "denmark capital", "tell me denmark"} <= set(phrases)
+    assert not any("'s" in p for p in phrases)
+    assert heard_phrases("the united states please", max_words=2) == [
+        "the", "united", "states", "please", "the united", "united states", "states please"]
+    assert "don't" in heard_phrases("i don't know")
+
+
+def test_heard_parameters_are_parameters_of_their_tools() -> None:
+    for tool in TOOLS.values():
+        assert set(tool.heard) <= set(tool.parameters["properties"]), tool.name
+        assert set(tool.heard.values()) <= {"words", "number"}
+    assert {name for name, tool in TOOLS.items() if tool.heard} == {
+        "country_capital", "spell_word", "set_timer", "convert_units"}
+
+
+def call(name: str, **arguments: object) -> dict:
+    return {"name": name, "arguments": arguments}
+
+
+def test_a_grounded_call_carries_only_what_was_heard() -> None:
+    schema = grounded_call_schema("put on a 50 second rice timer")
+    compiled = CompiledSchema(schema)
+    assert check(call("set_timer", amount=50, unit="seconds", label="rice"), compiled) == []
+    assert check(call("set_timer", amount=50, unit="seconds"), compiled) == []  # a label stays optional
+    assert check(call("set_timer", amount=5, unit="seconds"), compiled)  # 5 was not said
+    assert check(call("set_timer", amount=50, unit="seconds", label="tea"), compiled)
+    assert check(call("calculator", expression="50 * 3"), compiled) == []  # expressions stay free
+    assert check(call("get_time"), compiled) == []
+    jsonschema.Draft202012Validator.check_schema(schema)  # still a JSON schema any validator reads
+
+
+def test_names_are_grounded_and_nothing_heard_leaves_a_parameter_free() -> None:
+    compiled = CompiledSchema(grounded_call_schema("what is bulgaria's capital"))
+    assert check(call("country_capital", country="bulgaria"), compiled) == []
+    assert check(call("country_capital", country="cerosia"), compiled)
+    assert check(call("spell_word", word="capital"), compiled) == []
+    free = grounded_call_schema("set a timer for a minute")  # no number said: the amount keeps its own schema
+    timer = next(b for b in free["anyOf"] if b["properties"]["name"] == {"const": "set_timer"})
+    assert timer["properties"]["arguments"]["properties"]["amount"] == {"type": "number"}
+    assert grounded_call_schema("", ["set_timer"]) == tool_call_schema(["set_timer"])
+
+
+def test_call_fits_reads_the_calls_text() -> None:
+    schema = grounded_call_schema("how do you spell rhythm")
+    assert call_fits(json.dumps(call("spell_word", word="rhythm")), schema)
+    assert not call_fits(json.dumps(call("spell_word", word="rythm")), schema)
+    assert not call_fits('{"name": "spell_word", "arguments": {"word": "rhythm"}', schema)  # unclosed

@@ -1,0 +1,73 @@
+"""The voice stage's tool calls carry only names and numbers the caller said, decoded by the shipped demo model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from dlm.engine import Engine
+from dlm.tools.calls import ToolCall, parse_tool_call
+from dlm.tools.grounding import heard_numbers, heard_phrases
+from voice.config import LmConfig
+from voice.lm_stage import LmStage
+
+DEMO = Path(__file__).resolve().parents[2] / "dlm" / "assets" / "demo"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.from_dir(DEMO)
+
+
+def ground(engine: Engine, question: str, body: dict) -> tuple[dict, int]:
+    """The call `body` after the stage grounded it in `question`, and how many calls it decoded again."""
+    stage = LmStage(engine, LmConfig())
+    stage.history.append({"role": "user", "content": question})
+    try:
+        grounded = asyncio.run(stage._grounded(json.dumps(body)))
+    finally:
+        stage.close()
+    name, arguments = parse_tool_call(grounded)
+    return {"name": name, "arguments": arguments}, stage.calls_redone
+
+
+def test_a_call_with_a_name_the_caller_did_not_say_is_decoded_again_with_a_heard_one(engine: Engine) -> None:
+    question = "do you happen to know the capital of slovakia"
+    call, redone = ground(engine, question, {"name": "country_capital", "arguments": {"country": "fovakia"}})
+    assert redone == 1
+    assert call["name"] == "country_capital" and call["arguments"]["country"] in heard_phrases(question)
+
+
+def test_a_number_the_caller_did_not_say_is_replaced_by_one_they_did(engine: Engine) -> None:
+    question = "start a timer for sixteen minutes"
+    call, redone = ground(engine, question, {"name": "set_timer", "arguments": {"amount": 19, "unit": "minutes"}})
+    assert redone == 1 and call["name"] == "set_timer"
+    assert call["arguments"]["amount"] in heard_numbers(question) == [16]
+
+
+def test_a_call_that_fits_what_was_heard_is_kept_as_it_is(engine: Engine) -> None:
+    body = {"name": "spell_word", "arguments": {"word": "rhythm"}}
+    assert ground(engine, "how do you spell rhythm", body) == (body, 0)
+    free = {"name": "calculator", "arguments": {"expression": "7 * 7"}}  # expressions are never narrowed
+    assert ground(engine, "what's seventeen times 7", free) == (free, 0)
+
+
+def test_a_spoken_question_gets_a_call_with_what_was_heard(engine: Engine) -> None:
+    """The whole turn: free decoding, grounding, the tool, and a reply after its result."""
+    question = "tell me denmark's capital"
+    stage = LmStage(engine, LmConfig())
+
+    async def turn() -> list:
+        return [item async for item in stage.reply(question)]
+
+    try:
+        items = asyncio.run(turn())
+    finally:
+        stage.close()
+    calls = [item for item in items if isinstance(item, ToolCall)]
+    assert calls and calls[0].name == "country_capital"
+    assert calls[0].arguments["country"] in heard_phrases(question)
+    assert "".join(item for item in items if isinstance(item, str)).strip()
