@@ -17,14 +17,14 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
+from dlm.api.span_generation import one_span
 from dlm.api.tool_calls import CLOSE, OPEN
 from dlm.constrained import vocab_strings
 from dlm.effort import Knobs
 from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCall, ToolCallSplitter, run_tool_call, spoken_result
-from dlm.tools.grounding import call_fits, grounded_call_schema
+from dlm.tools.grounding import settle_call
 from voice.config import LmConfig
 
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
@@ -142,30 +142,27 @@ class LmStage:
         return open_id, close_id
 
     async def _grounded(self, body: str) -> str:
-        """The call as the caller's last words allow it: kept when it fits, else decoded again on the session
-        under the grounded schema, pass by pass on the model worker."""
-        tags = self._call_tags()
+        """The call as the caller's last words allow it (`dlm.tools.grounding.settle_call`): kept when it fits,
+        else decoded again on the session under the grounded schema, pass by pass on the model worker."""
         heard = next((m["content"] for m in reversed(self.history) if m["role"] == "user"), "")
-        schema = grounded_call_schema(heard)
-        if tags is None or call_fits(body, schema):
-            return body
+        settled, schema = settle_call(body, heard)
+        tags = self._call_tags()
+        if settled is not None or tags is None:
+            return settled or body
         self.calls_redone += 1
         open_id, close_id = tags
         if self._vocab is None:
             self._vocab = vocab_strings(self.engine.tokenizer.backend)
-        plan = SpanPlan(start_schema=schema, start_end_ids=frozenset({close_id}), close_id=close_id)
         prompt = [*self.engine.prompt_ids(self.history, True), open_id]
-        steps = span_decode(self.engine, self.session, prompt, self.config.max_new_tokens, plan, self._vocab,
-                            Knobs(effort=self.config.effort), None, SpanRun())
+        steps = one_span(self.engine, self.session, prompt, schema, close_id, self._vocab,
+                         Knobs(effort=self.config.effort), self.config.max_new_tokens)
         loop, ids = asyncio.get_running_loop(), []
         try:
-            while close_id not in ids and (step := await loop.run_in_executor(self.engine.worker, next, steps,
-                                                                                None)) is not None:
+            while (step := await loop.run_in_executor(self.engine.worker, next, steps, None)) is not None:
                 ids += step
         finally:
             self.engine.worker.submit(steps.close)
-        return self.engine.tokenizer.decode(ids[: ids.index(close_id)] if close_id in ids else ids,
-                                            skip_special=False)
+        return self.engine.tokenizer.decode(ids, skip_special=False)
 
     def rollback(self, length: int) -> None:
         """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""

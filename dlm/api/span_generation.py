@@ -112,6 +112,22 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
             _rewind(state, len(prompt) + len(generated), cfg.token_shift)
 
 
+def one_span(engine: Any, session: Any, prompt: list[int], schema: dict[str, Any], close_id: int, vocab: list[str],
+             knobs: Knobs, max_tokens: int) -> Iterator[list[int]]:
+    """The ids of one span decoded under `schema` right after `prompt` (which ends with the span's opening
+    token), its closing token left out; every `next` is one pass, on the worker."""
+    plan = SpanPlan(start_schema=schema, start_end_ids=frozenset({close_id}), close_id=close_id)
+    steps = span_decode(engine, session, prompt, max_tokens, plan, vocab, knobs, None, SpanRun())
+    try:
+        for ids in steps:
+            if close_id in ids:
+                yield ids[: ids.index(close_id)]
+                return
+            yield ids
+    finally:
+        steps.close()
+
+
 def _closed_span(draft: list[int], close_id: int | None, schema: CompiledSchema | None,
                  vocab: list[str]) -> list[int] | None:
     """The draft up to its closing token if what it encloses is JSON the span's schema accepts, else None."""

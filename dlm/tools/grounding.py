@@ -123,10 +123,24 @@ def grounded_call_schema(heard_text: str, names: list[str] | None = None) -> dic
     return call_schema({t.name: grounded_parameters(t.parameters, t.heard, heard_text) for t in chosen})
 
 
-def call_fits(body: str, schema: dict[str, Any]) -> bool:
-    """Whether a call's text is JSON that `schema` accepts."""
+def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]:
+    """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
+
+    An optional detail the caller did not say is dropped rather than decoded again: a timer labelled "tea"
+    when no tea was mentioned is an unlabelled timer, and decoding again could only pick some other word."""
+    schema = grounded_call_schema(heard_text)
     try:
-        value = json.loads(body)
+        call = json.loads(body)
     except json.JSONDecodeError:
-        return False
-    return not check(value, CompiledSchema(schema))
+        return None, schema
+    tool = TOOLS.get(call.get("name")) if isinstance(call, dict) else None
+    arguments = call.get("arguments") if tool is not None else None
+    if tool is not None and isinstance(arguments, dict):
+        required = set(tool.parameters.get("required", ()))
+        narrowed = grounded_parameters(tool.parameters, tool.heard, heard_text)["properties"]
+        unheard = [name for name in tool.heard if name in arguments and name not in required
+                   and "enum" in narrowed[name] and arguments[name] not in narrowed[name]["enum"]]
+        if unheard:
+            call = {**call, "arguments": {k: v for k, v in arguments.items() if k not in unheard}}
+            body = json.dumps(call)
+    return (body if not check(call, CompiledSchema(schema)) else None), schema

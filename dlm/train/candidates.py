@@ -65,6 +65,9 @@ def _stop_when_orphaned() -> None:
 
 
 def _run_curriculum(run: RunConfig, progress: bool) -> None:
+    # A run started in the background by a script (`python -m dlm.train ... &`) has SIGINT ignored, which the
+    # candidates inherit; then neither `interrupt_main` nor `race`'s SIGINT would reach them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=_stop_when_orphaned, daemon=True).start()
     # another candidate winning the race, or the run's end, interrupts this one: exit cleanly, releasing what it holds
     with contextlib.suppress(KeyboardInterrupt):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -205,7 +206,9 @@ def test_a_run_killed_outright_takes_its_racing_candidates_with_it(tmp_path: Pat
     config["curriculum"]["candidates"] = 2
     script = ("from dlm.train.candidates import train_with_candidates; from dlm.train.config import from_dict; "
               f"train_with_candidates(from_dict({config!r}), progress=False)")
-    run = subprocess.Popen([sys.executable, "-c", script])
+    # started the way `python -m dlm.train ... &` starts from a script: with SIGINT ignored, which the candidates
+    # inherit and which once left them deaf to the interrupt that stops them
+    run = subprocess.Popen([sys.executable, "-c", script], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     states = [tmp_path / "state" / "candidates" / f"seed-{seed}" / "state.pt" for seed in (0, 1)]
     deadline = time.monotonic() + 180
     while not all(state.exists() for state in states):  # both candidates are training
