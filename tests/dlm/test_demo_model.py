@@ -139,13 +139,17 @@ def test_eval_cli_compares_rules_on_chosen_efforts(tmp_path: Path, capsys: pytes
     """`python -m dlm.eval --efforts medium --factor F --confidence-order`: one effort, decoded with the rule
     given in the order given, and a JSON report that says which (the README's rule comparisons are made this
     way)."""
-    out = tmp_path / "eval.json"
+    out, failures = tmp_path / "eval.json", tmp_path / "failures.jsonl"
     main(["--limit", "4", "--seed", "3", "--efforts", "medium", "--factor", "1.0", "--confidence-order",
-          "--json", str(out)])
+          "--json", str(out), "--failures", str(failures)])
     report = json.loads(out.read_text())
+    wrong = [json.loads(line) for line in failures.read_text().splitlines()]
+    assert len(wrong) == round((1 - report["answer_correct_grounded"]) * report["examples"])
+    assert all({"intent", "asked", "expected_call", "said", "grounded_call", "reply"} <= set(w) for w in wrong)
     assert report["effort"] == "medium" and report["rule"] == {"factor": 1.0, "in_order": False}
     assert list(report["tokens_per_forward"]) == ["medium"] and report["tokens_per_forward"]["medium"] > 0
-    assert all(0 <= report[k] <= 1 for k in ("tool_call_exact", "answer_correct", "valid_json_constrained")
+    assert all(0 <= report[k] <= 1 for k in ("tool_call_exact", "answer_correct", "valid_json_constrained",
+                                             "tool_call_exact_grounded", "answer_correct_grounded")
                if report[k] == report[k])  # NaN when the sample holds no tool question
     assert "by intent (medium):" in capsys.readouterr().out
     assert set(report["tool_call_exact_by_intent"]) <= set(report["answer_correct_by_intent"])

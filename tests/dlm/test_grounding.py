@@ -9,7 +9,7 @@ import pytest
 
 from dlm.constrained import CompiledSchema, check
 from dlm.tools import TOOLS, tool_call_schema
-from dlm.tools.grounding import call_fits, grounded_call_schema, heard_numbers, heard_phrases
+from dlm.tools.grounding import grounded_call_schema, heard_numbers, heard_phrases, settle_call
 
 
 @pytest.mark.parametrize(("text", "numbers"), [
@@ -73,8 +73,15 @@ def test_names_are_grounded_and_nothing_heard_leaves_a_parameter_free() -> None:
     assert grounded_call_schema("", ["set_timer"]) == tool_call_schema(["set_timer"])
 
 
-def test_call_fits_reads_the_calls_text() -> None:
-    schema = grounded_call_schema("how do you spell rhythm")
-    assert call_fits(json.dumps(call("spell_word", word="rhythm")), schema)
-    assert not call_fits(json.dumps(call("spell_word", word="rythm")), schema)
-    assert not call_fits('{"name": "spell_word", "arguments": {"word": "rhythm"}', schema)  # unclosed
+def test_a_call_is_kept_trimmed_or_sent_back_to_be_decoded_again() -> None:
+    heard = "how do you spell rhythm"
+    right = json.dumps(call("spell_word", word="rhythm"))
+    assert settle_call(right, heard) == (right, grounded_call_schema(heard))
+    assert settle_call(json.dumps(call("spell_word", word="rythm")), heard)[0] is None  # a required name: decode again
+    assert settle_call(right[:-1], heard)[0] is None  # not JSON
+    label = "let me know in 16 minutes thank you"  # no label said: an invented one is dropped, not decoded again
+    kept, _ = settle_call(json.dumps(call("set_timer", amount=16, unit="minutes", label="tea")), label)
+    assert json.loads(kept) == call("set_timer", amount=16, unit="minutes")
+    wrong_amount = json.dumps(call("set_timer", amount=19, unit="minutes", label="tea"))
+    assert settle_call(wrong_amount, label)[0] is None
+    assert settle_call(json.dumps(call("no_such_tool")), label)[0] is None

@@ -48,9 +48,12 @@ def test_a_number_the_caller_did_not_say_is_replaced_by_one_they_did(engine: Eng
     assert call["arguments"]["amount"] in heard_numbers(question) == [16]
 
 
-def test_a_call_that_fits_what_was_heard_is_kept_as_it_is(engine: Engine) -> None:
+def test_a_call_that_fits_what_was_heard_is_kept_and_an_unsaid_detail_dropped(engine: Engine) -> None:
     body = {"name": "spell_word", "arguments": {"word": "rhythm"}}
     assert ground(engine, "how do you spell rhythm", body) == (body, 0)
+    timer = {"name": "set_timer", "arguments": {"amount": 16, "unit": "minutes"}}
+    labelled = {"name": "set_timer", "arguments": {**timer["arguments"], "label": "tea"}}
+    assert ground(engine, "let me know in 16 minutes", labelled) == (timer, 0)
     free = {"name": "calculator", "arguments": {"expression": "7 * 7"}}  # expressions are never narrowed
     assert ground(engine, "what's seventeen times 7", free) == (free, 0)
 
