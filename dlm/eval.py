@@ -7,7 +7,10 @@ Measures, on dialogues whose request templates and values never occur in trainin
 - valid JSON of tool calls without constraints and with JSON-schema constrained decoding,
 - tool-call exact match through the API's decoding (`dlm.api.span_generation`: the free decoder's call is
   kept when it is valid, decoded again under the schema when it is not) and how often the draft is kept,
+- tool-call exact match and answers as the voice stage decodes calls, grounded in the caller's words
+  (`dlm.tools.grounding`: a name or number nobody said is decoded again), and how often a call is redone,
 - tokens per forward pass at each effort.
+`--failures F` writes each dialogue still wrong that way (asked, expected, said, grounded call, reply).
 Without --model it evaluates the shipped checkpoint. `--threshold` / `--factor` decode every effort asked
 for (`--efforts`) with that rule instead of the effort's own, and `--confidence-order` commits each pass's
 most confident positions instead of a run of the leftmost, to compare rules on the same sample.
