@@ -22,12 +22,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
 from dlm.checkpoint import load_checkpoint
+from dlm.constrained import vocab_strings
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
 from dlm.effort import Knobs, resolve
@@ -158,6 +160,12 @@ class Engine:
 
     def close(self) -> None:
         self.worker.shutdown(wait=True)
+
+    @cached_property
+    def vocab(self) -> list[str]:
+        """Each token id as text, for JSON-schema constraints (the API's spans, the voice stage's grounded
+        calls); built on first use, one decode per id, once per engine."""
+        return vocab_strings(self.tokenizer.backend)
 
     def new_session(self, capacity: int | None = None) -> Session:
         return Session(self, capacity)

@@ -30,7 +30,7 @@ import torch
 
 from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
-from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check, vocab_strings
+from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
 from dlm.decoding.schedule import align_up
@@ -82,7 +82,6 @@ class Assistant:
         self.rule = rule or {}  # a threshold or factor, or the pass order, replacing each effort's own (see main)
         self.call_open = self.tokenizer.special_tokens[TOOL_CALL]
         self.call_close = self.tokenizer.special_tokens[TOOL_CALL_END]
-        self.vocab = vocab_strings(self.tokenizer.backend)
         self.call_schema = tool_call_schema()
 
     def prompt(self, example: Example, upto: int, add_generation_prompt: bool = True) -> list[int]:
@@ -114,7 +113,7 @@ class Assistant:
         commits sized by the default effort's rule (as the API's constrained spans are)."""
         cfg = self.model.cfg
         policy = resolve(cfg, Knobs(effort=DEFAULT_EFFORT, **self.rule), self.engine.stop_ids)
-        constraint = JsonSchemaConstraint(self.call_schema, self.vocab, [self.call_close])
+        constraint = JsonSchemaConstraint(self.call_schema, self.engine.vocab, [self.call_close])
         tokens = [*prompt, self.call_open]
         forward = CountingForward(self._prefilled(tokens, cfg.block_size))
         ids = [token for committed in constrained_decode(cfg, forward, tokens, constraint, MAX_NEW_TOKENS, GREEDY,
@@ -127,7 +126,7 @@ class Assistant:
         knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size, **self.rule)
         session, run = self.engine.new_session(), SpanRun()
         try:
-            steps = span_decode(self.engine, session, prompt, MAX_NEW_TOKENS, plan, self.vocab, knobs, None, run)
+            steps = span_decode(self.engine, session, prompt, MAX_NEW_TOKENS, plan, self.engine.vocab, knobs, None, run)
             return [token for ids in steps for token in ids], run
         finally:
             session.release()
@@ -137,10 +136,9 @@ class Assistant:
         """The call the voice stage runs after the model said `said`, and whether it was decoded again: grounded
         in the caller's words (`dlm.tools.grounding.settle_call`), again under the grounded schema if it does
         not fit."""
-        if self.call_open not in said:
+        body = self.call_body(said)
+        if body is None:
             return None, False
-        body = said[said.index(self.call_open) + 1:]
-        body = body[: body.index(self.call_close)] if self.call_close in body else body
         settled, schema = settle_call(self.tokenizer.decode(body, skip_special=False), heard)
         redone = settled is None
         if settled is None:
@@ -148,7 +146,7 @@ class Assistant:
             session = self.engine.new_session()
             try:
                 ids = [token for step in one_span(self.engine, session, [*prompt, self.call_open], schema,
-                                                  self.call_close, self.vocab, knobs, MAX_NEW_TOKENS) for token in step]
+                                                  self.call_close, self.engine.vocab, knobs, MAX_NEW_TOKENS) for token in step]
             finally:
                 session.release()
             settled = self.tokenizer.decode(ids, skip_special=False)
@@ -161,14 +159,20 @@ class Assistant:
     def text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special=True)
 
+    def call_body(self, ids: list[int]) -> list[int] | None:
+        """The ids between the first call tag and its closing tag (or the end), None without a call."""
+        if self.call_open not in ids:
+            return None
+        body = ids[ids.index(self.call_open) + 1:]
+        return body[: body.index(self.call_close)] if self.call_close in body else body
+
     def parse_call(self, ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         """(whether a tool call was emitted, its parsed JSON or None when it is not valid JSON)."""
-        if self.call_open not in ids:
+        body = self.call_body(ids)
+        if body is None:
             return False, None
-        start = ids.index(self.call_open) + 1
-        end = ids.index(self.call_close, start) if self.call_close in ids[start:] else len(ids)
         try:
-            value = json.loads(self.tokenizer.decode(ids[start:end], skip_special=False))
+            value = json.loads(self.tokenizer.decode(body, skip_special=False))
         except json.JSONDecodeError:
             return True, None
         return True, value if isinstance(value, dict) else None

@@ -19,7 +19,6 @@ from typing import Any
 
 from dlm.api.span_generation import one_span
 from dlm.api.tool_calls import CLOSE, OPEN
-from dlm.constrained import vocab_strings
 from dlm.effort import Knobs
 from dlm.history import fit_history
 from dlm.tools import ToolSession
@@ -45,7 +44,6 @@ class LmStage:
         self._lock = asyncio.Lock()  # one engine call on the session at a time
         self._prefill_wanted: str | None = None
         self._prefilled: str | None = None
-        self._vocab: list[str] | None = None  # each token id as text, for grounded calls; built on first use
         self.calls_redone = 0  # calls decoded again because they carried something the caller did not say
 
     def _stream_options(self) -> dict[str, Any]:
@@ -151,10 +149,8 @@ class LmStage:
             return settled or body
         self.calls_redone += 1
         open_id, close_id = tags
-        if self._vocab is None:
-            self._vocab = vocab_strings(self.engine.tokenizer.backend)
         prompt = [*self.engine.prompt_ids(self.history, True), open_id]
-        steps = one_span(self.engine, self.session, prompt, schema, close_id, self._vocab,
+        steps = one_span(self.engine, self.session, prompt, schema, close_id, self.engine.vocab,
                          Knobs(effort=self.config.effort), self.config.max_new_tokens)
         loop, ids = asyncio.get_running_loop(), []
         try:

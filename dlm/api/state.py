@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from aiohttp import web
 
 from dlm.api.generation import GenerationSpec, Outcome, engine_stream, span_stream
 from dlm.api.limits import ApiLimits, ConcurrencyGate
-from dlm.constrained import vocab_strings
 
 
 @dataclass
@@ -34,14 +32,9 @@ class ApiState:
         """Room for prompt + completion (:meth:`dlm.engine.Engine.context_room`)."""
         return self.engine.context_room()
 
-    @cached_property
-    def vocab(self) -> list[str]:
-        """Each token id as text, for the JSON constraint; built on first use (one decode per id)."""
-        return vocab_strings(self.engine.tokenizer.backend)
-
     def generate(self, spec: GenerationSpec, outcome: Outcome) -> AsyncIterator[str]:
         if spec.plan is not None:
-            return span_stream(self.engine, self.vocab, spec, outcome, self.sessions)
+            return span_stream(self.engine, self.engine.vocab, spec, outcome, self.sessions)
         return engine_stream(self.engine, spec, outcome, self.sessions, self.decode_opts)
 
 

@@ -34,9 +34,15 @@ _TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
 class _SpokenNumber:
     """One number being read off a run of words: 'two hundred and five', 'minus fourteen', 'three point five'."""
 
-    def __init__(self, sign: int) -> None:
-        self.sign, self.total, self.part, self.last = sign, 0, 0, ""
-        self.decimals: str | None = None
+    def __init__(self, sign: int, first: str) -> None:
+        """Starts at `first`, a word below a hundred."""
+        self.sign, self.total, self.decimals = sign, 0, None
+        if first in _UNITS:
+            self.part, self.last = _UNITS[first], "unit"
+        elif first in _TEENS:
+            self.part, self.last = _TEENS[first], "teen"
+        else:
+            self.part, self.last = _TENS[first], "tens"
 
     def takes(self, word: str) -> bool:
         """Whether `word` continues this number (and if so, take it)."""
@@ -88,9 +94,7 @@ def heard_numbers(text: str) -> list[int | float]:
         if token[0].isdigit() or token[0] == "-":
             add(sign * (float(token) if "." in token else int(token)), sign < 0)
         elif token in _UNITS or token in _TEENS or token in _TENS:
-            current = _SpokenNumber(sign)
-            current.part = _UNITS.get(token, _TEENS.get(token, _TENS.get(token, 0)))
-            current.last = "unit" if token in _UNITS else "teen" if token in _TEENS else "tens"
+            current = _SpokenNumber(sign, token)
         sign = -1 if token in _SIGNS else 1
     if current is not None:
         add(current.value(), current.sign < 0)
@@ -105,22 +109,25 @@ def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
                               for i in range(len(words) - n + 1)))
 
 
-def grounded_parameters(parameters: dict[str, Any], heard: dict[str, str], text: str) -> dict[str, Any]:
-    """A tool's parameter schema with each heard parameter narrowed to what `text` offers (left as it is when
-    `text` offers nothing of its kind, so a call stays possible)."""
-    offers = {"words": heard_phrases(text), "number": heard_numbers(text)}
-    properties = dict(parameters.get("properties", {}))
-    for name, kind in heard.items():
-        if offers[kind]:
-            properties[name] = {"enum": offers[kind]}
-    return {**parameters, "properties": properties}
+def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
+    """Each tool's parameter schema with its heard parameters narrowed to what `text` offers (a parameter is
+    left as it is when `text` offers nothing of its kind, so a call stays possible)."""
+    offers = {"words": heard_phrases(text), "number": heard_numbers(text)}  # once per turn, for every tool
+    narrowed = {}
+    for tool in TOOLS.values():
+        properties = dict(tool.parameters.get("properties", {}))
+        for name, kind in tool.heard.items():
+            if offers[kind]:
+                properties[name] = {"enum": offers[kind]}
+        narrowed[tool.name] = {**tool.parameters, "properties": properties}
+    return narrowed
 
 
 def grounded_call_schema(heard_text: str, names: list[str] | None = None) -> dict[str, Any]:
     """The schema of one call of the assistant's tools whose heard parameters carry only what `heard_text`
     (the caller's last words) offers."""
-    chosen = [TOOLS[n] for n in (names or list(TOOLS))]
-    return call_schema({t.name: grounded_parameters(t.parameters, t.heard, heard_text) for t in chosen})
+    narrowed = grounded_parameters(heard_text)
+    return call_schema({name: narrowed[name] for name in (names or list(TOOLS))})
 
 
 def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]:
@@ -128,7 +135,8 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
 
     An optional detail the caller did not say is dropped rather than decoded again: a timer labelled "tea"
     when no tea was mentioned is an unlabelled timer, and decoding again could only pick some other word."""
-    schema = grounded_call_schema(heard_text)
+    narrowed = grounded_parameters(heard_text)
+    schema = call_schema(narrowed)
     try:
         call = json.loads(body)
     except json.JSONDecodeError:
@@ -137,9 +145,9 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
     arguments = call.get("arguments") if tool is not None else None
     if tool is not None and isinstance(arguments, dict):
         required = set(tool.parameters.get("required", ()))
-        narrowed = grounded_parameters(tool.parameters, tool.heard, heard_text)["properties"]
+        allowed = narrowed[tool.name]["properties"]
         unheard = [name for name in tool.heard if name in arguments and name not in required
-                   and "enum" in narrowed[name] and arguments[name] not in narrowed[name]["enum"]]
+                   and "enum" in allowed[name] and arguments[name] not in allowed[name]["enum"]]
         if unheard:
             call = {**call, "arguments": {k: v for k, v in arguments.items() if k not in unheard}}
             body = json.dumps(call)
