@@ -1,7 +1,8 @@
 """``python -m dlm chat [--model DIR]``: talk to a checkpoint in the terminal, with its tools.
 
 Each reply is printed as its blocks commit, tool calls run for real (clock, calculator, units, timers,
-capitals, spelling) and go back to the model, and every turn ends with its first-block and total time, the two
+capitals, spelling) and go back to the model, replies are copy-biased toward the words or the result they answer
+(:mod:`dlm.decoding.logit_bias`), and every turn ends with its first-block and total time, the two
 figures a voice caller feels. An empty line or end of input ends the chat.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from dlm.config import CheckpointError
+from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.engine import Engine
 from dlm.history import fit_history
 from dlm.tools import ToolSession
@@ -48,7 +50,8 @@ class TerminalChat:
         for _ in range(MAX_TOOL_ROUNDS + 1):
             self._fit_history()
             round_ = _Round(self._show, timing, started)
-            self.engine.generate(self.history, session=self.session, on_piece=round_.take, **self.options)
+            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode)
+            self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias, **self.options)
             reply += round_.finish()
             if round_.call_body is None:
                 break

@@ -32,6 +32,7 @@ from dlm.checkpoint import load_checkpoint
 from dlm.constrained import vocab_strings
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
+from dlm.decoding.logit_bias import LogitBias
 from dlm.effort import Knobs, resolve
 from dlm.graphed_forward import GraphedStatePool, graphs_enabled
 from dlm.model import Transformer
@@ -210,8 +211,8 @@ class Engine:
     def knobs(self, **opts: Any) -> tuple[Knobs, int | None]:
         """Split keyword options into decoding knobs and a seed; unknown options are an error."""
         seed = opts.pop("seed", None)
-        opts.pop("tools", None)
-        opts.pop("stop_ids", None)
+        for handled_elsewhere in ("tools", "stop_ids", "bias"):
+            opts.pop(handled_elsewhere, None)
         if "max_tokens" in opts:
             opts["max_new_tokens"] = opts.pop("max_tokens")
         clean = {k: v for k, v in opts.items() if v is not None}
@@ -228,7 +229,8 @@ class Engine:
         return cfg.max_position_embeddings - 2 * (block_size or cfg.block_size)
 
     def _steps(self, session: Session, ids: list[int], knobs: Knobs, seed: int | None, run: _Run,
-               stop_ids: frozenset[int]) -> Generator[Commit | bc.Pass, torch.Tensor | None, None]:
+               stop_ids: frozenset[int], bias: LogitBias | None = None
+               ) -> Generator[Commit | bc.Pass, torch.Tensor | None, None]:
         """The whole generation: commits, and the passes it needs (run by the scheduler, maybe batched)."""
         generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         cfg = self.model.cfg
@@ -237,6 +239,8 @@ class Engine:
             raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({cfg.max_position_embeddings})")
         knobs = dataclasses.replace(knobs, max_new_tokens=min(knobs.max_new_tokens, room))
         if cfg.bidirectional:
+            if bias:
+                raise ValueError("logit biases apply to block-causal families only")
             yield from _bidirectional_steps(self.model, ids, knobs, stop_ids, seed)
             return
         policy = dataclasses.replace(resolve(cfg, knobs, stop_ids, self.trained_block_sizes), kernels=self.kernels)
@@ -245,14 +249,14 @@ class Engine:
         state = session.state(len(ids) + policy.max_new_tokens + 2 * policy.block_size)
         run.prefill_ms = (time.perf_counter() - t) * 1000
         yield Commit([], 0, False)  # a step boundary: cancellation may land between prefill and decoding
-        yield from bc.decode_passes(cfg, state, list(ids), policy, state.last_logits, generator)
+        yield from bc.decode_passes(cfg, state, list(ids), policy, state.last_logits, generator, bias)
 
     async def stream(self, prompt: Prompt, session: Session | None = None, **opts: Any) -> AsyncIterator[str]:
         """Final text pieces as they are decoded. Cancelling frees the session's cache memory.
 
         Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold, factor,
         passes_per_block, sub_block, in_order (block-causal families), temperature, top_p, top_k, seed, tools,
-        stop_ids (extra stop ids).
+        stop_ids (extra stop ids), bias (a :class:`~dlm.decoding.logit_bias.LogitBias`, block-causal families).
         """
         owned = session is None  # a session made for this call alone gives its cache back at the end
         knobs, session, run, steps = self._prepare(prompt, session, opts)
@@ -289,7 +293,8 @@ class Engine:
         ids = self.prompt_ids(prompt, opts.get("tools"))
         session = session or self.new_session()
         run = _Run(self.tokenizer, len(ids))
-        steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()))
+        steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()),
+                            opts.get("bias"))
         return knobs, session, run, steps
 
     def generate(self, prompt: Prompt, session: Session | None = None,

@@ -10,6 +10,8 @@ Measures, on dialogues whose request templates and values never occur in trainin
 - tool-call exact match and answers as the voice stage decodes calls, grounded in the caller's words
   (`dlm.tools.grounding`: a name or number nobody said is decoded again), and how often a call is redone,
 - tokens per forward pass at each effort.
+Replies are decoded as the product decodes them, with the copy bias toward the caller's words or the tool's
+result (`dlm.decoding.logit_bias`); `--copy-bias 0` measures the bare model.
 `--failures F` writes each dialogue still wrong that way (asked, expected, said, grounded call, reply).
 Without --model it evaluates the shipped checkpoint. `--threshold` / `--factor` decode every effort asked
 for (`--efforts`) with that rule instead of the effort's own, and `--confidence-order` commits each pass's
@@ -33,6 +35,7 @@ from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
+from dlm.decoding.logit_bias import COPY_FOLLOW, reply_copy_bias
 from dlm.decoding.schedule import align_up
 from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
@@ -76,9 +79,11 @@ class Assistant:
     """A checkpoint plus the two ways the product decodes a turn: the engine's free block diffusion and the
     API's JSON-schema constrained tool call."""
 
-    def __init__(self, engine: Engine, block_size: int | None = None, rule: dict[str, Any] | None = None):
+    def __init__(self, engine: Engine, block_size: int | None = None, rule: dict[str, Any] | None = None,
+                 copy_follow: float = COPY_FOLLOW):
         self.engine, self.model, self.tokenizer = engine, engine.model, engine.tokenizer
         self.block_size = block_size
+        self.copy_follow = copy_follow  # the replies' copy bias (0: none)
         self.rule = rule or {}  # a threshold or factor, or the pass order, replacing each effort's own (see main)
         self.call_open = self.tokenizer.special_tokens[TOOL_CALL]
         self.call_close = self.tokenizer.special_tokens[TOOL_CALL_END]
@@ -102,9 +107,11 @@ class Assistant:
         forward.extend(prompt[: len(prompt) // block_size * block_size], block_size)
         return forward
 
-    def generate(self, prompt: list[int], effort: str) -> Generation:
+    def generate(self, prompt: list[int], effort: str, messages: list[dict[str, Any]]) -> Generation:
+        """The reply to ``prompt``, the rendering of ``messages``, copy-biased toward what they end with."""
+        bias = reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow)
         result = self.engine.generate(prompt, effort=effort, max_new_tokens=MAX_NEW_TOKENS,
-                                      block_size=self.block_size, **self.rule)
+                                      block_size=self.block_size, bias=bias, **self.rule)
         return Generation(result.token_ids, result.forward_passes)
 
     @torch.no_grad()
@@ -224,7 +231,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         answer_prompt = assistant.prompt(example, len(example.messages) - 1) if example.call else None
         lead_correct, lead_ids, lead_reply, grounded_call = False, [], "", None  # the headline effort's
         for effort in efforts:
-            first = assistant.generate(prompt, effort)
+            first = assistant.generate(prompt, effort, example.messages[:ask])
             tokens[effort] += len(first.ids)
             passes[effort] += first.passes
             emitted, parsed = assistant.parse_call(first.ids)
@@ -233,7 +240,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
                 tally.add(f"tool_call_exact/{effort}", call_ok)
                 tally.add(f"tool_call_exact/{effort}/{example.intent}", call_ok)
                 tally.add(f"valid_json_unconstrained/{effort}", parsed is not None and not check(parsed, compiled))
-                reply = assistant.generate(answer_prompt, effort)
+                reply = assistant.generate(answer_prompt, effort, example.messages[:-1])
                 tokens[effort] += len(reply.ids)
                 passes[effort] += reply.passes
                 correct = call_ok and example.reply_is_correct(assistant.text(reply.ids))
@@ -340,6 +347,9 @@ def main(argv: list[str] | None = None) -> None:
     rule.add_argument("--threshold", type=float, help="decode with this confidence threshold instead of the "
                                                       "efforts' own rules")
     rule.add_argument("--factor", type=float, help="decode with the factor rule at this factor instead")
+    parser.add_argument("--copy-bias", type=float, default=COPY_FOLLOW,
+                        help=f"the replies' copy bias toward the caller's words or the tool's result, a logit "
+                             f"(default {COPY_FOLLOW}, as the voice assistant decodes; 0: the bare model)")
     parser.add_argument("--confidence-order", action="store_true",
                         help="commit each pass's most confident positions instead of a run of the leftmost")
     args = parser.parse_args(argv)
@@ -351,10 +361,11 @@ def main(argv: list[str] | None = None) -> None:
     rule: dict[str, Any] = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
     if args.confidence_order:
         rule["in_order"] = False
-    assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule)
+    assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule, args.copy_bias)
     failures: list[dict[str, Any]] | None = [] if args.failures else None
     report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts, failures)
     report["rule"] = rule or "each effort's own"
+    report["copy_bias"] = args.copy_bias
     report["seconds"] = round(time.monotonic() - started, 1)
     report["model"] = args.model
     report["block_size"] = args.block_size or assistant.model.cfg.block_size

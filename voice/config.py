@@ -19,6 +19,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from dlm.decoding.logit_bias import COPY_FOLLOW
 from voice.asr import AsrConfig
 from voice.chunker import ChunkerConfig
 from voice.tts import TtsConfig
@@ -59,6 +60,9 @@ class LmConfig:
     tools: bool = True
     """Let the model call the tools of ``dlm.tools`` (results go back to it before it answers)."""
     max_tool_rounds: int = 2
+    copy_bias: float = COPY_FOLLOW
+    """How strongly a reply keeps to what it repeats, the caller's words or a tool's result (a logit added to a
+    copied phrase's next token, ``dlm.decoding.logit_bias``); 0 turns it off."""
     fallback_reply: str = "sorry, I did not get that."
     """Said when the model produces nothing speakable (after a tool call, the tool's own spoken result)."""
 

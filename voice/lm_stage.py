@@ -5,7 +5,9 @@ stands for. While the caller speaks, the confirmed words are rendered as the sta
 message and prefilled, so that when the turn ends the engine only has the tail of the prompt left to
 process (it rolls its cache back to the longest common prefix when the final transcript differs).
 Tool calls arrive inside the reply text as ``<tool_call>{...}</tool_call>``; they are cut out of what
-is spoken, run with :mod:`dlm.tools`, and their results go back to the model for another round. A call
+is spoken, run with :mod:`dlm.tools`, and their results go back to the model for another round. Each round's
+reply is copy-biased toward what it answers, the caller's words or the tool's result
+(:mod:`dlm.decoding.logit_bias`), so a name it repeats comes out as it was heard. A call
 whose names or numbers the caller did not say is decoded again with only heard ones allowed
 (:mod:`dlm.tools.grounding`), as the API's spans redo a draft that breaks their schema.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 from dlm.api.span_generation import one_span
 from dlm.api.tool_calls import CLOSE, OPEN
+from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.effort import Knobs
 from dlm.history import fit_history
 from dlm.tools import ToolSession
@@ -107,8 +110,9 @@ class LmStage:
                 splitter = ToolCallSplitter()
                 call_body: str | None = None
                 # closed on leaving, so the engine is done with the session before the next round starts
-                async with contextlib.aclosing(
-                        self.engine.stream(self.history, session=self.session, **self._stream_options())) as stream:
+                bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias)
+                async with contextlib.aclosing(self.engine.stream(self.history, session=self.session, bias=bias,
+                                                                  **self._stream_options())) as stream:
                     async for piece in stream:
                         text, call_body = splitter.push(piece)
                         if text.strip():

@@ -44,6 +44,7 @@ from dlm.decoding.confidence import (
     pick_tokens,
     pick_tokens_fused,
 )
+from dlm.decoding.logit_bias import CONTEXT, LogitBias
 from dlm.decoding.prefill import ChunkForward, prefill_blocks
 from dlm.decoding.schedule import block_end, block_sizes, segment_mask, transfer_counts
 from dlm.kv_cache import KVCache
@@ -260,6 +261,14 @@ def _no_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
+def _left_contexts(tokens: list[int], start: int, window: torch.Tensor, masked: torch.Tensor,
+                   rows: torch.Tensor) -> list[list[int | None]]:
+    """For each row, the :data:`CONTEXT` positions to its left as the bias sees them (None: still masked)."""
+    before = tokens[max(0, start - CONTEXT):start]
+    line: list[int | None] = [*before, *(None if m else t for t, m in zip(window.tolist(), masked.tolist(), strict=True))]
+    return [line[max(0, len(before) + r - CONTEXT):len(before) + r] for r in rows.tolist()]
+
+
 def _select(
     policy: BlockPolicy, fused: bool, logits: torch.Tensor, share: int, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,6 +303,7 @@ def decode(
     policy: BlockPolicy,
     last_logits: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    bias: LogitBias | None = None,
 ) -> Iterator[Commit]:
     """Generate after ``tokens`` (the prompt; ``forward.length`` of them already committed).
 
@@ -302,7 +312,7 @@ def decode(
     each committed window. ``last_logits`` are the logits of position ``forward.length - 1`` (needed by
     token-shift families when the cache holds the whole prompt).
     """
-    steps = decode_passes(cfg, forward, tokens, policy, last_logits, generator)
+    steps = decode_passes(cfg, forward, tokens, policy, last_logits, generator, bias)
     try:
         result = None
         while True:
@@ -326,9 +336,11 @@ def decode_passes(
     policy: BlockPolicy,
     last_logits: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    bias: LogitBias | None = None,
 ) -> Generator[Commit | Pass, torch.Tensor | None, None]:
     """:func:`decode` with its forward passes handed to the caller: each :class:`Pass` it yields must be
-    answered with ``send(run_pass(p))`` — or with the result of a batched run (see :mod:`dlm.batching`)."""
+    answered with ``send(run_pass(p))`` — or with the result of a batched run (see :mod:`dlm.batching`).
+    ``bias`` is added to each pass's logits before selection (:mod:`dlm.decoding.logit_bias`)."""
     if not tokens:
         raise ValueError("the prompt is empty: give at least one token")
     if len(tokens) - forward.length >= policy.block_size:
@@ -363,6 +375,8 @@ def decode_passes(
                     shares = transfer_counts(int(masked.sum()), policy.passes_per_block or 1)
                 rows = candidates.nonzero()[:, 0]
                 logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)
+                if bias:
+                    logits = bias.apply(logits, _left_contexts(tokens, start, window, masked, rows))
                 pending = None
                 progress.passes += 1
                 share = max(1, shares.pop(0)) if shares else 1

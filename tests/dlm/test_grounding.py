@@ -9,7 +9,13 @@ import pytest
 
 from dlm.constrained import CompiledSchema, check
 from dlm.tools import TOOLS, tool_call_schema
-from dlm.tools.grounding import grounded_call_schema, heard_numbers, heard_phrases, settle_call
+from dlm.tools.grounding import (
+    grounded_call_schema,
+    heard_numbers,
+    heard_phrases,
+    nearest_phrase,
+    settle_call,
+)
 
 
 @pytest.mark.parametrize(("text", "numbers"), [
@@ -77,7 +83,9 @@ def test_a_call_is_kept_trimmed_or_sent_back_to_be_decoded_again() -> None:
     heard = "how do you spell rhythm"
     right = json.dumps(call("spell_word", word="rhythm"))
     assert settle_call(right, heard) == (right, grounded_call_schema(heard))
-    assert settle_call(json.dumps(call("spell_word", word="rythm")), heard)[0] is None  # a required name: decode again
+    misspelt = settle_call(json.dumps(call("spell_word", word="rythm")), heard)[0]  # a required name like a heard one
+    assert misspelt is not None and json.loads(misspelt) == call("spell_word", word="rhythm")
+    assert settle_call(json.dumps(call("spell_word", word="qqqqq")), heard)[0] is None  # like none: decode again
     assert settle_call(right[:-1], heard)[0] is None  # not JSON
     label = "let me know in 16 minutes thank you"  # no label said: an invented one is dropped, not decoded again
     kept, _ = settle_call(json.dumps(call("set_timer", amount=16, unit="minutes", label="tea")), label)
@@ -85,3 +93,10 @@ def test_a_call_is_kept_trimmed_or_sent_back_to_be_decoded_again() -> None:
     wrong_amount = json.dumps(call("set_timer", amount=19, unit="minutes", label="tea"))
     assert settle_call(wrong_amount, label)[0] is None
     assert settle_call(json.dumps(call("no_such_tool")), label)[0] is None
+
+
+def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
+    assert nearest_phrase("denkk", heard_phrases("tell me denmark's capital")) == "denmark"
+    assert nearest_phrase("naruseria", heard_phrases("do you know a capital of bulgaria")) == "bulgaria"
+    assert nearest_phrase("unitiagoia", heard_phrases("what is bulgaria's capital")) is None  # too unlike either
+    assert nearest_phrase("denmark", []) is None

@@ -34,11 +34,14 @@ def ground(engine: Engine, question: str, body: dict) -> tuple[dict, int]:
     return {"name": name, "arguments": arguments}, stage.calls_redone
 
 
-def test_a_call_with_a_name_the_caller_did_not_say_is_decoded_again_with_a_heard_one(engine: Engine) -> None:
-    question = "do you happen to know the capital of slovakia"
-    call, redone = ground(engine, question, {"name": "country_capital", "arguments": {"country": "fovakia"}})
+def test_a_name_the_caller_did_not_say_becomes_the_heard_one_it_is_like_or_is_decoded_again(engine: Engine) -> None:
+    slovakia = "do you happen to know the capital of slovakia"
+    misspelt = {"name": "country_capital", "arguments": {"country": "fovakia"}}
+    assert ground(engine, slovakia, misspelt) == ({"name": "country_capital", "arguments": {"country": "slovakia"}}, 0)
+    bulgaria = "what is bulgaria's capital"
+    call, redone = ground(engine, bulgaria, {"name": "country_capital", "arguments": {"country": "unitiagoia"}})
     assert redone == 1
-    assert call["name"] == "country_capital" and call["arguments"]["country"] in heard_phrases(question)
+    assert call["name"] == "country_capital" and call["arguments"]["country"] in heard_phrases(bulgaria)
 
 
 def test_a_number_the_caller_did_not_say_is_replaced_by_one_they_did(engine: Engine) -> None:
@@ -74,3 +77,18 @@ def test_a_spoken_question_gets_a_call_with_what_was_heard(engine: Engine) -> No
     assert calls and calls[0].name == "country_capital"
     assert calls[0].arguments["country"] in heard_phrases(question)
     assert "".join(item for item in items if isinstance(item, str)).strip()
+
+
+def test_words_to_say_back_come_out_as_they_were_heard(engine: Engine) -> None:
+    """The copy bias: the bare demo model says "rizigatwo similar 766 dihowstan morocco" (``copy_bias = 0``)."""
+    phrase = "rizigaora similar 766 diremostan morocco"
+    stage = LmStage(engine, LmConfig())
+
+    async def turn() -> str:
+        return "".join([item async for item in stage.reply(f"say back {phrase}") if isinstance(item, str)])
+
+    try:
+        said = asyncio.run(turn())
+    finally:
+        stage.close()
+    assert phrase in said

@@ -1,0 +1,113 @@
+"""Additive logit biases for one generation: fixed per token (the OpenAI API's ``logit_bias``), and copy biases
+toward phrases the reply is expected to repeat.
+
+A small model copies a rare name from its context imperfectly: it writes "cohelhares" for the "copenhagen" a
+tool just returned, or "scheelye" for the "schedule" the caller asked it to say back. Copy biasing is the text
+counterpart of a speech recogniser's contextual biasing (hotwords): the phrases the context offers (a tool
+result's values, the caller's words) are tokenized, and a position whose left neighbours are already committed
+as the start of such a phrase gets the phrase's next token favoured by ``follow``. The longest committed run
+(up to :data:`CONTEXT` tokens) that some phrase contains picks the continuation, so a token that occurs in a
+phrase more than once ("," in "f, a, m, i, l, y") favours the token after *this* occurrence. Positions whose
+left neighbour is still masked get no copy bias: parallel passes only follow what is already decided.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+CONTEXT = 3  # committed tokens to the left that pick a phrase's continuation
+# The copy bias a reply gets (a logit, so e^4 = 55 times the odds): on the demo checkpoint, held-out answers
+# 80.3% -> 82.8% with calls grounded, "say back" 40% -> 70%, at the same 3.8 tokens per pass; 8 gained one
+# dialogue more after tool results and lost two after the caller's words (python -m dlm.eval, README).
+COPY_FOLLOW = 4.0
+
+
+@dataclass(frozen=True)
+class LogitBias:
+    """What to add to a generation's logits: ``fixed`` per token id, ``follow`` to a copy phrase's next token."""
+
+    fixed: Mapping[int, float] = field(default_factory=dict)
+    follow: float = 0.0
+    continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
+
+    @classmethod
+    def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float,
+                fixed: Mapping[int, float] | None = None) -> LogitBias:
+        """Copy biases toward ``phrases``, each tokenized as it reads mid-sentence (after a space) and at the
+        start of one. A run of spaces alone picks no continuation: it would favour every word of every phrase
+        wherever a word starts."""
+        spaces = set(encode(" "))
+        continuations: dict[tuple[int, ...], set[int]] = defaultdict(set)
+        for phrase in phrases:
+            for ids in (encode(" " + phrase), encode(phrase)):
+                for i in range(1, len(ids)):
+                    for n in range(1, min(CONTEXT, i) + 1):
+                        if not spaces.issuperset(ids[i - n:i]):
+                            continuations[tuple(ids[i - n:i])].add(ids[i])
+        return cls(dict(fixed or {}), follow, {k: frozenset(v) for k, v in continuations.items()})
+
+    def __bool__(self) -> bool:
+        return bool(self.fixed) or bool(self.follow and self.continuations)
+
+    def apply(self, logits: torch.Tensor, left: Sequence[int | None]) -> torch.Tensor:
+        """``logits`` [rows, V] biased in place; ``left[r]`` lists row r's committed left neighbours, nearest
+        last (None where a neighbour is still masked, and nothing before it counts)."""
+        for token, value in self.fixed.items():
+            logits[:, token] += value
+        if not self.follow:
+            return logits
+        for row, context in enumerate(left):
+            nexts = self.continuation(context)
+            if nexts:
+                logits[row, list(nexts)] += self.follow
+        return logits
+
+    def continuation(self, context: Sequence[int | None]) -> frozenset[int]:
+        """The next tokens of the phrases that contain the longest committed tail of ``context``."""
+        best: frozenset[int] = frozenset()
+        for n in range(1, min(CONTEXT, len(context)) + 1):
+            tail = tuple(context[len(context) - n:])
+            if None in tail:
+                break
+            best = self.continuations.get(tail, best)  # type: ignore[arg-type]
+        return best
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict | list):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _strings(item)
+
+
+def copy_phrases(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """What a reply to ``messages`` is expected to repeat: the caller's words when it answers them (a name to
+    look up, words to say back), a tool result's string values when it follows one (a capital, a spelling)."""
+    if not messages:
+        return []
+    last = messages[-1]
+    content = last.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return []
+    if last.get("role") == "user":
+        return [content]
+    if last.get("role") == "tool":
+        try:
+            return list(_strings(json.loads(content)))
+        except json.JSONDecodeError:
+            return [content]
+    return []
+
+
+def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], list[int]],
+                    follow: float = COPY_FOLLOW) -> LogitBias | None:
+    """The copy bias of the reply to ``messages`` (None: nothing to copy, or ``follow`` is 0)."""
+    phrases = copy_phrases(messages)
+    return LogitBias.copying(phrases, encode, follow) if phrases and follow else None

@@ -1,0 +1,79 @@
+"""Logit biases: the copy bias's continuations on the demo tokenizer, and biases applied by the real engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlm.decoding.logit_bias import LogitBias, copy_phrases, reply_copy_bias
+from dlm.engine import Engine
+
+DEMO = Path(__file__).resolve().parents[2] / "dlm" / "assets" / "demo"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.from_dir(DEMO)
+
+
+def ids(engine: Engine, *pieces: str) -> list[int]:
+    """The id of each piece, each a single token of the demo tokenizer."""
+    out = []
+    for piece in pieces:
+        (token,) = engine.tokenizer.encode(piece)
+        out.append(token)
+    return out
+
+
+def boosted(bias: LogitBias, vocab: int, left: list[int | None]) -> set[int]:
+    return set(bias.apply(torch.zeros(1, vocab), [left])[0].nonzero()[:, 0].tolist())
+
+
+def test_the_longest_committed_tail_picks_the_phrase_continuation(engine: Engine) -> None:
+    vocab = engine.model.cfg.vocab_size
+    bias = LogitBias.copying(["f, a, m"], engine.tokenizer.encode, follow=4.0)
+    f, comma, space, a, m = ids(engine, "f", ",", " ", "a", "m")
+    assert boosted(bias, vocab, [f, comma, space]) == {a}  # after "f, " comes "a", not "m"
+    assert boosted(bias, vocab, [a, comma, space]) == {m}
+    assert boosted(bias, vocab, [None, comma, space]) == {a, m}  # only ", " is known
+    assert boosted(bias, vocab, [f, comma, None]) == set()  # the neighbour is still masked
+    assert boosted(bias, vocab, [space]) == set()  # a space alone would favour every word
+    logits = bias.apply(torch.zeros(1, vocab), [[f, comma, space]])
+    assert logits[0, a] == 4.0
+
+
+def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
+    vocab = engine.model.cfg.vocab_size
+    bias = LogitBias.copying(["copenhagen"], engine.tokenizer.encode, follow=4.0)
+    space, co, pen = ids(engine, " ", "co", "pen")
+    assert boosted(bias, vocab, [co]) == {pen}
+    assert boosted(bias, vocab, [space, co]) == {pen}
+    assert not LogitBias.copying(["copenhagen"], engine.tokenizer.encode, follow=0.0)  # nothing to add
+
+
+def test_fixed_biases_steer_the_engine(engine: Engine) -> None:
+    (period,) = engine.tokenizer.encode(".")
+    result = engine.generate("hello", bias=LogitBias(fixed={period: 100.0}), max_new_tokens=6)
+    assert result.token_ids == [period] * 6
+    assert engine.generate("hello", max_new_tokens=6).token_ids != [period] * 6
+
+
+def test_bidirectional_families_refuse_a_bias(fixtures_dir: Path) -> None:
+    llada = Engine.from_dir(fixtures_dir / "llada" / "checkpoint")
+    with pytest.raises(ValueError, match="block-causal"):
+        llada.generate([1, 2, 3], bias=LogitBias(fixed={5: 1.0}), max_new_tokens=4)
+
+
+def test_a_reply_copies_what_it_answers() -> None:
+    user = {"role": "user", "content": "say back rizigaora"}
+    tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra", "n": 3, "more": ["x"]})}
+    assert copy_phrases([user]) == ["say back rizigaora"]
+    assert copy_phrases([user, tool]) == ["ghana", "accra", "x"]
+    assert copy_phrases([{"role": "tool", "content": "plain text"}]) == ["plain text"]
+    assert copy_phrases([user, {"role": "assistant", "content": "ok"}]) == []
+    assert copy_phrases([{"role": "user", "content": " "}]) == copy_phrases([]) == []
+    assert reply_copy_bias([user], lambda text: [ord(c) for c in text], follow=0.0) is None
+    assert reply_copy_bias([user], lambda text: [ord(c) for c in text]).continuation([ord("z")]) == {ord("i")}
