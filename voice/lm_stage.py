@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from dlm.api.span_generation import one_span
-from dlm.api.tool_calls import CLOSE, OPEN
+from dlm.api.tool_calls import call_tag_ids
 from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.effort import Knobs
 from dlm.history import fit_history
@@ -137,11 +137,7 @@ class LmStage:
     def _call_tags(self) -> tuple[int, int] | None:
         """The ids of the call tags when calls can be decoded under a schema (block-causal model, tags that
         are single tokens), else None."""
-        special = self.engine.tokenizer.special_tokens
-        open_id, close_id = special.get(OPEN), special.get(CLOSE)
-        if open_id is None or close_id is None or self.engine.model.cfg.bidirectional:
-            return None
-        return open_id, close_id
+        return None if self.engine.model.cfg.bidirectional else call_tag_ids(self.engine.tokenizer.special_tokens)
 
     async def _grounded(self, body: str) -> str:
         """The call as the caller's last words allow it (`dlm.tools.grounding.settle_call`): kept when it fits,

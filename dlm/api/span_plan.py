@@ -6,22 +6,22 @@ from typing import Any
 
 from dlm.api.chat_request import ChatRequest, ToolSpec
 from dlm.api.span_generation import SpanPlan
-from dlm.api.tool_calls import CLOSE, OPEN, forced_call_schema
+from dlm.api.tool_calls import call_tag_ids, forced_call_schema
 from dlm.constrained import CompiledSchema, SchemaError
 from dlm.tokenizer import Tokenizer
 
 
 def plan_spans(req: ChatRequest, tokenizer: Tokenizer, stop_ids: frozenset[int]) -> SpanPlan | None:
     """None when the answer is plain text (the engine's own stream decodes it)."""
-    open_id, close_id = tokenizer.special_tokens.get(OPEN), tokenizer.special_tokens.get(CLOSE)
-    tagged = open_id is not None and close_id is not None  # the tags are single tokens: spans can open mid-text
+    tags = call_tag_ids(tokenizer.special_tokens)
+    open_id, close_id = tags or (None, None)
     if req.json_schema is not None:
         return SpanPlan(start_schema=req.json_schema, start_end_ids=stop_ids)
     calls: dict[str, Any] = {}
-    if tagged and req.tool_choice != "none":
+    if tags is not None and req.tool_choice != "none":
         calls = {"open_id": open_id, "span_schema": _call_schema(req.tools), "close_id": close_id}
     if req.tool_choice in ("required", "function"):
-        ends = frozenset({close_id}) if tagged else stop_ids
+        ends = frozenset({close_id}) if tags is not None else stop_ids
         return SpanPlan(start_schema=forced_call_schema(req.tools, req.forced_tool), start_end_ids=ends, **calls)
     return SpanPlan(**calls) if calls else None
 

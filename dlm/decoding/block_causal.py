@@ -261,12 +261,11 @@ def _no_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
-def _left_contexts(tokens: list[int], start: int, window: torch.Tensor, masked: torch.Tensor,
-                   rows: torch.Tensor) -> list[list[int | None]]:
-    """For each row, the :data:`CONTEXT` positions to its left as the bias sees them (None: still masked)."""
+def _bias_line(tokens: list[int], start: int, window: torch.Tensor, masked: torch.Tensor) -> tuple[list[int | None], int]:
+    """The tokens a bias sees up to and across the window (None: still masked), and the window's offset in them."""
     before = tokens[max(0, start - CONTEXT):start]
-    line: list[int | None] = [*before, *(None if m else t for t, m in zip(window.tolist(), masked.tolist(), strict=True))]
-    return [line[max(0, len(before) + r - CONTEXT):len(before) + r] for r in rows.tolist()]
+    window_tokens = [None if m else t for t, m in zip(window.tolist(), masked.tolist(), strict=True)]
+    return [*before, *window_tokens], len(before)
 
 
 def _select(
@@ -376,7 +375,8 @@ def decode_passes(
                 rows = candidates.nonzero()[:, 0]
                 logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)
                 if bias:
-                    logits = bias.apply(logits, _left_contexts(tokens, start, window, masked, rows))
+                    line, offset = _bias_line(tokens, start, window, masked)
+                    logits = bias.apply(logits, line, [offset + r for r in rows.tolist()])
                 pending = None
                 progress.passes += 1
                 share = max(1, shares.pop(0)) if shares else 1

@@ -7,8 +7,9 @@ counterpart of a speech recogniser's contextual biasing (hotwords): the phrases 
 result's values, the caller's words) are tokenized, and a position whose left neighbours are already committed
 as the start of such a phrase gets the phrase's next token favoured by ``follow``. The longest committed run
 (up to :data:`CONTEXT` tokens) that some phrase contains picks the continuation, so a token that occurs in a
-phrase more than once ("," in "f, a, m, i, l, y") favours the token after *this* occurrence. Positions whose
-left neighbour is still masked get no copy bias: parallel passes only follow what is already decided.
+phrase more than once ("," in "f, a, m, i, l, y") favours the token after *this* occurrence. Within one pass
+the rows are biased left to right, each seeing its masked left neighbours as their likeliest tokens, so a run
+of positions committed together copies as one.
 """
 
 from __future__ import annotations
@@ -55,17 +56,24 @@ class LogitBias:
     def __bool__(self) -> bool:
         return bool(self.fixed) or bool(self.follow and self.continuations)
 
-    def apply(self, logits: torch.Tensor, left: Sequence[int | None]) -> torch.Tensor:
-        """``logits`` [rows, V] biased in place; ``left[r]`` lists row r's committed left neighbours, nearest
-        last (None where a neighbour is still masked, and nothing before it counts)."""
+    def apply(self, logits: torch.Tensor, line: list[int | None], positions: Sequence[int]) -> torch.Tensor:
+        """``logits`` [rows, V] biased in place. ``line`` holds the tokens up to and across the rows' positions
+        (None where masked) and ``positions[r]`` is row r's index in it, rows left to right. A masked left
+        neighbour that is itself a row counts as that row's likeliest token once biased: a pass that commits
+        a run of positions together then follows a phrase along the whole run, not just from its first one."""
         for token, value in self.fixed.items():
             logits[:, token] += value
         if not self.follow:
             return logits
-        for row, context in enumerate(left):
-            nexts = self.continuation(context)
+        line = list(line)
+        likeliest = logits.argmax(-1).tolist()
+        for row, at in enumerate(positions):
+            nexts = self.continuation(line[max(0, at - CONTEXT):at])
             if nexts:
                 logits[row, list(nexts)] += self.follow
+                likeliest[row] = int(logits[row].argmax())
+            if line[at] is None:
+                line[at] = likeliest[row]
         return logits
 
     def continuation(self, context: Sequence[int | None]) -> frozenset[int]:

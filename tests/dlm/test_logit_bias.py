@@ -29,7 +29,8 @@ def ids(engine: Engine, *pieces: str) -> list[int]:
 
 
 def boosted(bias: LogitBias, vocab: int, left: list[int | None]) -> set[int]:
-    return set(bias.apply(torch.zeros(1, vocab), [left])[0].nonzero()[:, 0].tolist())
+    """The tokens biased at a position after ``left``."""
+    return set(bias.apply(torch.zeros(1, vocab), [*left, None], [len(left)])[0].nonzero()[:, 0].tolist())
 
 
 def test_the_longest_committed_tail_picks_the_phrase_continuation(engine: Engine) -> None:
@@ -41,8 +42,20 @@ def test_the_longest_committed_tail_picks_the_phrase_continuation(engine: Engine
     assert boosted(bias, vocab, [None, comma, space]) == {a, m}  # only ", " is known
     assert boosted(bias, vocab, [f, comma, None]) == set()  # the neighbour is still masked
     assert boosted(bias, vocab, [space]) == set()  # a space alone would favour every word
-    logits = bias.apply(torch.zeros(1, vocab), [[f, comma, space]])
+    logits = bias.apply(torch.zeros(1, vocab), [f, comma, space, None], [3])
     assert logits[0, a] == 4.0
+
+
+def test_a_run_decided_in_one_pass_follows_the_phrase_along_its_length(engine: Engine) -> None:
+    """Three masked positions after "co": the first is biased to "pen" and, counted as "pen", the second to
+    "ha" and the third to "gen", where each row's own logits would have said "x"."""
+    vocab = engine.model.cfg.vocab_size
+    bias = LogitBias.copying(["copenhagen"], engine.tokenizer.encode, follow=4.0)
+    co, pen, ha, gen, x = ids(engine, "co", "pen", "ha", "gen", "x")
+    logits = torch.zeros(3, vocab)
+    logits[:, x] = 1.0
+    biased = bias.apply(logits, [co, None, None, None], [1, 2, 3])
+    assert biased.argmax(-1).tolist() == [pen, ha, gen]
 
 
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
