@@ -2,7 +2,7 @@
 
 low    Fast-dLLM's factor rule at 1.5 (many tokens per pass) and, where the checkpoint was trained for it, a
        small first block
-medium the factor rule at 0.4 (`confidence.by_factor`)
+medium the factor rule at 0.3 (`confidence.by_factor`)
 high   one token per pass (passes per block = block size)
 
 Every effort commits left to right: a pass takes a run of the leftmost masked positions that its rule
@@ -38,7 +38,7 @@ class PassRule:
     in_order: bool = True
 
 
-PASS_RULES: dict[str, PassRule] = {"low": PassRule(factor=1.5), "medium": PassRule(factor=0.4), "high": PassRule()}
+PASS_RULES: dict[str, PassRule] = {"low": PassRule(factor=1.5), "medium": PassRule(factor=0.3), "high": PassRule()}
 
 # Families whose official sampler decodes a block in sub-blocks (Fast-dLLM v2's ``small_block_size``).
 SUB_BLOCKS = {"fast_dllm_qwen": 8}

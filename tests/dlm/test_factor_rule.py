@@ -66,10 +66,10 @@ def test_matches_the_papers_rank_by_rank_rule_on_random_confidences(factor):
 def test_efforts_resolve_to_the_factor_rule_and_raw_knobs_override_it(fixtures_dir):
     tiny = load_config(fixtures_dir / "sdar" / "checkpoint")
     medium = resolve(tiny, Knobs(), frozenset())
-    assert (medium.threshold, medium.factor) == (None, 0.4)
+    assert (medium.threshold, medium.factor) == (None, 0.3)
     low, high = (resolve(tiny, Knobs(effort=e), frozenset()) for e in ("low", "high"))
     assert (low.factor, high.factor, high.passes_per_block) == (1.5, None, tiny.block_size)
-    assert medium.bar(1) == pytest.approx(0.8) and medium.bar(3) == pytest.approx(0.9)  # constrained spans' bars
+    assert medium.bar(1) == pytest.approx(0.85) and medium.bar(3) == pytest.approx(0.925)  # constrained spans' bars
     explicit = resolve(tiny, Knobs(threshold=0.5), frozenset())
     assert (explicit.threshold, explicit.factor, explicit.bar(5)) == (0.5, None, 0.5)
     fixed = resolve(tiny, Knobs(passes_per_block=2), frozenset())
