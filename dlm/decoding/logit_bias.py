@@ -27,34 +27,45 @@ CONTEXT = 3  # committed tokens to the left that pick a phrase's continuation
 # 80.3% -> 82.8% with calls grounded, "say back" 40% -> 70%, at the same 3.8 tokens per pass; 8 gained one
 # dialogue more after tool results and lost two after the caller's words (python -m dlm.eval, README).
 COPY_FOLLOW = 4.0
+# After a tool's result, a reply nearly always says it: the first token of each of the result's phrases gets this
+# wherever no phrase is being followed, so the copy can start right ("sor, a, m, i, l, y" -> "f, a, m, ...").
+# Held-out answers with calls grounded 84.3% -> 86.4%, 87.8% -> 89.2%, 82.7% -> 84.1% on the three samples
+# (README). Not after the caller's words: those a reply repeats only when asked to.
+COPY_START = 2.0
 
 
 @dataclass(frozen=True)
 class LogitBias:
-    """What to add to a generation's logits: ``fixed`` per token id, ``follow`` to a copy phrase's next token."""
+    """What to add to a generation's logits: ``fixed`` per token id, ``follow`` to a copy phrase's next token,
+    ``start`` to a phrase's first token where no phrase is being followed."""
 
     fixed: Mapping[int, float] = field(default_factory=dict)
     follow: float = 0.0
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
+    start: float = 0.0
+    starts: frozenset[int] = frozenset()
 
     @classmethod
-    def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float,
+    def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float, start: float = 0.0,
                 fixed: Mapping[int, float] | None = None) -> LogitBias:
         """Copy biases toward ``phrases``, each tokenized as it reads mid-sentence (after a space) and at the
         start of one. A run of spaces alone picks no continuation: it would favour every word of every phrase
         wherever a word starts."""
         spaces = set(encode(" "))
         continuations: dict[tuple[int, ...], set[int]] = defaultdict(set)
+        starts: set[int] = set()
         for phrase in phrases:
             for ids in (encode(" " + phrase), encode(phrase)):
+                starts.update(next(([t] for t in ids if t not in spaces), []))
                 for i in range(1, len(ids)):
                     for n in range(1, min(CONTEXT, i) + 1):
                         if not spaces.issuperset(ids[i - n:i]):
                             continuations[tuple(ids[i - n:i])].add(ids[i])
-        return cls(dict(fixed or {}), follow, {k: frozenset(v) for k, v in continuations.items()})
+        return cls(dict(fixed or {}), follow, {k: frozenset(v) for k, v in continuations.items()}, start,
+                   frozenset(starts))
 
     def __bool__(self) -> bool:
-        return bool(self.fixed) or bool(self.follow and self.continuations)
+        return bool(self.fixed) or bool(self.follow and self.continuations) or bool(self.start and self.starts)
 
     def apply(self, logits: torch.Tensor, line: list[int | None], positions: Sequence[int]) -> torch.Tensor:
         """``logits`` [rows, V] biased in place. ``line`` holds the tokens up to and across the rows' positions
@@ -63,14 +74,15 @@ class LogitBias:
         a run of positions together then follows a phrase along the whole run, not just from its first one."""
         for token, value in self.fixed.items():
             logits[:, token] += value
-        if not self.follow:
+        if not (self.follow or self.start):
             return logits
         line = list(line)
         likeliest = logits.argmax(-1).tolist()
         for row, at in enumerate(positions):
-            nexts = self.continuation(line[max(0, at - CONTEXT):at])
-            if nexts:
-                logits[row, list(nexts)] += self.follow
+            nexts = self.continuation(line[max(0, at - CONTEXT):at]) if self.follow else frozenset()
+            favoured, value = (nexts, self.follow) if nexts else (self.starts, self.start)
+            if favoured and value:
+                logits[row, list(favoured)] += value
                 likeliest[row] = int(logits[row].argmax())
             if line[at] is None:
                 line[at] = likeliest[row]
@@ -108,7 +120,7 @@ def copy_phrases(messages: Sequence[dict[str, Any]]) -> list[str]:
         return [content]
     if last.get("role") == "tool":
         try:
-            return list(_strings(json.loads(content)))
+            return [s for s in _strings(json.loads(content)) if s.strip()]
         except json.JSONDecodeError:
             return [content]
     return []
@@ -116,6 +128,9 @@ def copy_phrases(messages: Sequence[dict[str, Any]]) -> list[str]:
 
 def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], list[int]],
                     follow: float = COPY_FOLLOW) -> LogitBias | None:
-    """The copy bias of the reply to ``messages`` (None: nothing to copy, or ``follow`` is 0)."""
+    """The copy bias of the reply to ``messages`` (None: nothing to copy, or ``follow`` is 0, which turns the
+    start bias off too); after a tool's result it starts its phrases too (:data:`COPY_START`)."""
     phrases = copy_phrases(messages)
-    return LogitBias.copying(phrases, encode, follow) if phrases and follow else None
+    if not phrases or not follow:
+        return None
+    return LogitBias.copying(phrases, encode, follow, COPY_START if messages[-1].get("role") == "tool" else 0.0)

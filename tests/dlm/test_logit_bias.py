@@ -67,6 +67,20 @@ def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> N
     assert not LogitBias.copying(["copenhagen"], engine.tokenizer.encode, follow=0.0)  # nothing to add
 
 
+def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine: Engine) -> None:
+    vocab = engine.model.cfg.vocab_size
+    space, ac, cra, gh, ana = ids(engine, " ", "ac", "cra", "gh", "ana")
+    bias = LogitBias.copying(["accra", "ghana"], engine.tokenizer.encode, follow=4.0, start=2.0)
+    logits = bias.apply(torch.zeros(2, vocab), [space, None, None], [1, 2])
+    assert set(logits[0].nonzero()[:, 0].tolist()) == {ac, gh} and logits[0, ac] == 2.0
+    assert logits[1].argmax() in (cra, ana) and logits[1].max() == 4.0  # after the first row's likeliest start
+    tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra"})}
+    after_result = reply_copy_bias([tool], engine.tokenizer.encode)
+    after_words = reply_copy_bias([{"role": "user", "content": "say back accra"}], engine.tokenizer.encode)
+    assert after_result is not None and after_result.start > 0 and after_result.starts == {ac, gh}
+    assert after_words is not None and after_words.start == 0
+
+
 def test_fixed_biases_steer_the_engine(engine: Engine) -> None:
     (period,) = engine.tokenizer.encode(".")
     result = engine.generate("hello", bias=LogitBias(fixed={period: 100.0}), max_new_tokens=6)
