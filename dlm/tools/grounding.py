@@ -116,14 +116,18 @@ def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
 
 def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     """Each tool's parameter schema with its heard parameters narrowed to what `text` offers (a parameter is
-    left as it is when `text` offers nothing of its kind, so a call stays possible)."""
+    left as it is when `text` offers nothing of its kind, so a call stays possible). Words that ask for the tool
+    (`Tool.own_words`: "capital", "city", "timer", "minutes") are never offered as its values: "what is
+    bulgaria's capital" offers "bulgaria" for the country, not "capital"."""
     offers = {"words": heard_phrases(text), "number": heard_numbers(text)}  # once per turn, for every tool
     narrowed = {}
     for tool in TOOLS.values():
         properties = dict(tool.parameters.get("properties", {}))
         for name, kind in tool.heard.items():
-            if offers[kind]:
-                properties[name] = {"enum": offers[kind]}
+            offered = offers[kind] if kind == "number" else [
+                phrase for phrase in offers[kind] if tool.own_words.isdisjoint(phrase.split())]
+            if offered:
+                properties[name] = {"enum": offered}
         narrowed[tool.name] = {**tool.parameters, "properties": properties}
     return narrowed
 

@@ -7,9 +7,11 @@ its reply and the text can go straight to TTS.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -39,6 +41,14 @@ class Tool:
     parameters: dict[str, Any]
     run: Callable[[ToolSession, dict[str, Any]], dict[str, Any]]
     heard: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def own_words(self) -> frozenset[str]:
+        """The words of its description, its parameters' names and their enums: what a caller says to ask for
+        this tool ("the capital of", "a timer for three minutes"), so never a value a heard parameter carries."""
+        enums = [str(v) for spec in self.parameters.get("properties", {}).values() for v in spec.get("enum", ())]
+        text = " ".join([self.description, *self.parameters.get("properties", {}), *enums])
+        return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style function description."""
