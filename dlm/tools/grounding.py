@@ -33,6 +33,7 @@ _TENS = {w: 10 * (i + 2) for i, w in enumerate(["twenty", "thirty", "forty", "fi
                                                  "eighty", "ninety"])}
 _SCALES = {"thousand": 1000, "million": 10**6, "billion": 10**9}
 _SIGNS = {"minus", "negative"}
+_NUMBER_WORDS = frozenset([*_UNITS, *_TEENS, *_TENS, *_SCALES, "hundred", "point", *_SIGNS])
 _TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
 
 
@@ -118,14 +119,18 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     """Each tool's parameter schema with its heard parameters narrowed to what `text` offers (a parameter is
     left as it is when `text` offers nothing of its kind, so a call stays possible). Words that ask for the tool
     (`Tool.own_words`: "capital", "city", "timer", "minutes") are never offered as its values: "what is
-    bulgaria's capital" offers "bulgaria" for the country, not "capital"."""
+    bulgaria's capital" offers "bulgaria" for the country, not "capital". Nor are digits, or number words
+    where the tool takes a heard number too (a timer of "fifty seconds" is not labelled "fifty")."""
     offers = {"words": heard_phrases(text), "number": heard_numbers(text)}  # once per turn, for every tool
     narrowed = {}
     for tool in TOOLS.values():
         properties = dict(tool.parameters.get("properties", {}))
+        # a tool that takes a heard number takes the words of one as that number, not as a name ("fifty")
+        not_names = tool.own_words | (_NUMBER_WORDS if "number" in tool.heard.values() else frozenset())
         for name, kind in tool.heard.items():
             offered = offers[kind] if kind == "number" else [
-                phrase for phrase in offers[kind] if tool.own_words.isdisjoint(phrase.split())]
+                phrase for phrase in offers[kind] if not_names.isdisjoint(re.split(r"[\s-]+", phrase))
+                and not any(c.isdigit() for c in phrase)]
             if offered:
                 properties[name] = {"enum": offered}
         narrowed[tool.name] = {**tool.parameters, "properties": properties}

@@ -77,6 +77,7 @@ def test_names_are_grounded_and_nothing_heard_leaves_a_parameter_free() -> None:
     timer = CompiledSchema(grounded_call_schema("start a tea timer for three minutes"))
     assert check(call("set_timer", amount=3, unit="minutes", label="tea"), timer) == []
     assert check(call("set_timer", amount=3, unit="minutes", label="minutes"), timer)
+    assert check(call("set_timer", amount=3, unit="minutes", label="three"), timer)  # the amount's words
     free = grounded_call_schema("set a timer for a minute")  # no number said: the amount keeps its own schema
     timer = next(b for b in free["anyOf"] if b["properties"]["name"] == {"const": "set_timer"})
     assert timer["properties"]["arguments"]["properties"]["amount"] == {"type": "number"}
