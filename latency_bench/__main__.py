@@ -16,6 +16,7 @@ BENCHMARKS = {
     "api": ("latency_bench.api_bench", "OpenAI API under concurrent clients: first chunk and tokens/s vs AR"),
     "train-step": ("latency_bench.train_step_bench", "training step time: eager, compiled, compiled with bf16 matmuls"),
     "asr-window": ("latency_bench.asr_window_bench", "final-pass Whisper window: word error rate and time, 30 s vs 10 s"),
+    "copy-bias": ("latency_bench.copy_bias_bench", "the replies' copy bias: time per pass, bare vs biased"),
 }
 
 

@@ -24,12 +24,13 @@ import torch
 
 CONTEXT = 3  # committed tokens to the left that pick a phrase's continuation
 # The copy bias a reply gets (a logit, so e^4 = 55 times the odds): on the demo checkpoint, held-out answers
-# 80.3% -> 82.8% with calls grounded, "say back" 40% -> 70%, at the same 3.8 tokens per pass; 8 gained one
-# dialogue more after tool results and lost two after the caller's words (python -m dlm.eval, README).
+# 80.3% -> 82.8% with calls grounded, "say back" 40% -> 70%, at the same 3.8 tokens per pass (following
+# committed neighbours only, factor 0.4); 8 gained one dialogue more after tool results and lost two after the
+# caller's words (python -m dlm.eval --limit 200, README).
 COPY_FOLLOW = 4.0
 # After a tool's result, a reply nearly always says it: the first token of each of the result's phrases gets this
 # wherever no phrase is being followed, so the copy can start right ("sor, a, m, i, l, y" -> "f, a, m, ...").
-# Held-out answers with calls grounded 84.3% -> 86.4%, 87.8% -> 89.2%, 82.7% -> 84.1% on the three samples
+# Held-out answers with calls grounded 84.3% -> 85.9%, 87.8% -> 89.2%, 82.7% -> 84.1% on the three samples
 # (README). Not after the caller's words: those a reply repeats only when asked to.
 COPY_START = 2.0
 
