@@ -1,5 +1,4 @@
-"""Additive logit biases for one generation: fixed per token (the OpenAI API's ``logit_bias``), and copy biases
-toward phrases the reply is expected to repeat.
+"""Copy biases: additive logit biases that steer a reply toward the phrases it is expected to repeat.
 
 A small model copies a rare name from its context imperfectly: it writes "cohelhares" for the "copenhagen" a
 tool just returned, or "scheelye" for the "schedule" the caller asked it to say back. Copy biasing is the text
@@ -37,18 +36,17 @@ COPY_START = 2.0
 
 @dataclass(frozen=True)
 class LogitBias:
-    """What to add to a generation's logits: ``fixed`` per token id, ``follow`` to a copy phrase's next token,
-    ``start`` to a phrase's first token where no phrase is being followed."""
+    """What to add to a generation's logits: ``follow`` to a copy phrase's next token, ``start`` to a phrase's
+    first token where no phrase is being followed."""
 
-    fixed: Mapping[int, float] = field(default_factory=dict)
     follow: float = 0.0
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
     start: float = 0.0
     starts: frozenset[int] = frozenset()
 
     @classmethod
-    def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float, start: float = 0.0,
-                fixed: Mapping[int, float] | None = None) -> LogitBias:
+    def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float,
+                start: float = 0.0) -> LogitBias:
         """Copy biases toward ``phrases``, each tokenized as it reads mid-sentence (after a space) and at the
         start of one. A run of spaces alone picks no continuation: it would favour every word of every phrase
         wherever a word starts."""
@@ -62,21 +60,16 @@ class LogitBias:
                     for n in range(1, min(CONTEXT, i) + 1):
                         if not spaces.issuperset(ids[i - n:i]):
                             continuations[tuple(ids[i - n:i])].add(ids[i])
-        return cls(dict(fixed or {}), follow, {k: frozenset(v) for k, v in continuations.items()}, start,
-                   frozenset(starts))
+        return cls(follow, {k: frozenset(v) for k, v in continuations.items()}, start, frozenset(starts))
 
     def __bool__(self) -> bool:
-        return bool(self.fixed) or bool(self.follow and self.continuations) or bool(self.start and self.starts)
+        return bool(self.follow and self.continuations) or bool(self.start and self.starts)
 
     def apply(self, logits: torch.Tensor, line: list[int | None], positions: Sequence[int]) -> torch.Tensor:
         """``logits`` [rows, V] biased in place. ``line`` holds the tokens up to and across the rows' positions
         (None where masked) and ``positions[r]`` is row r's index in it, rows left to right. A masked left
         neighbour that is itself a row counts as that row's likeliest token once biased: a pass that commits
         a run of positions together then follows a phrase along the whole run, not just from its first one."""
-        for token, value in self.fixed.items():
-            logits[:, token] += value
-        if not (self.follow or self.start):
-            return logits
         line = list(line)
         likeliest = logits.argmax(-1).tolist()
         for row, at in enumerate(positions):

@@ -49,8 +49,9 @@ def heldout_tool_questions(per_intent: int = 8) -> list[Example]:
 @pytest.fixture(scope="module")
 def first_replies(assistant: Assistant) -> list[tuple[Example, list[int]]]:
     """What the model says first to each held-out tool question (medium effort)."""
-    return [(example, assistant.generate(assistant.prompt(example, example.last_user_index() + 1), "medium").ids)
-            for example in heldout_tool_questions()]
+    asks = [(example, example.last_user_index() + 1) for example in heldout_tool_questions()]
+    return [(example, assistant.generate(assistant.prompt(example, ask), "medium", example.messages[:ask]).ids)
+            for example, ask in asks]
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def test_answers_heldout_questions_through_real_tool_calls(assistant: Assistant,
                                                     {"type": "function", "function": call}]},
                                                 {"role": "tool", "content": result}], None, example.facts)
         reply = assistant.text(assistant.generate(assistant.prompt(conversation, len(conversation.messages)),
-                                                  "medium").ids)
+                                                  "medium", conversation.messages).ids)
         spoken = json.loads(result).get("spoken")  # a fresh session has no timer to cancel: an error, no spoken result
         if spoken and spoken in reply:
             answered.append((example.messages[ask - 1]["content"], reply))

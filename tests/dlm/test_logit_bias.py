@@ -81,17 +81,17 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     assert after_words is not None and after_words.start == 0
 
 
-def test_fixed_biases_steer_the_engine(engine: Engine) -> None:
+def test_the_engine_decodes_under_a_bias(engine: Engine) -> None:
     (period,) = engine.tokenizer.encode(".")
-    result = engine.generate("hello", bias=LogitBias(fixed={period: 100.0}), max_new_tokens=6)
-    assert result.token_ids == [period] * 6
+    every_position = LogitBias.copying(["."], engine.tokenizer.encode, follow=0.0, start=100.0)
+    assert engine.generate("hello", bias=every_position, max_new_tokens=6).token_ids == [period] * 6
     assert engine.generate("hello", max_new_tokens=6).token_ids != [period] * 6
 
 
 def test_bidirectional_families_refuse_a_bias(fixtures_dir: Path) -> None:
     llada = Engine.from_dir(fixtures_dir / "llada" / "checkpoint")
     with pytest.raises(ValueError, match="block-causal"):
-        llada.generate([1, 2, 3], bias=LogitBias(fixed={5: 1.0}), max_new_tokens=4)
+        llada.generate([1, 2, 3], bias=LogitBias(start=1.0, starts=frozenset({5})), max_new_tokens=4)
 
 
 def test_a_reply_copies_what_it_answers() -> None:
