@@ -35,6 +35,7 @@ _SCALES = {"thousand": 1000, "million": 10**6, "billion": 10**9}
 _SIGNS = {"minus", "negative"}
 _NUMBER_WORDS = frozenset([*_UNITS, *_TEENS, *_TENS, *_SCALES, "hundred", "point", *_SIGNS])
 _TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
+_LITERAL = re.compile(r"\d+(?:\.\d+)?")  # a number in an expression (its sign is an operator)
 
 
 class _SpokenNumber:
@@ -127,7 +128,7 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
         properties = dict(tool.parameters.get("properties", {}))
         # a tool that takes a heard number takes the words of one as that number, not as a name ("fifty")
         not_names = tool.own_words | (_NUMBER_WORDS if "number" in tool.heard.values() else frozenset())
-        for name, kind in tool.heard.items():
+        for name, kind in (item for item in tool.heard.items() if item[1] != "expression"):  # those stay free
             offered = offers[kind] if kind == "number" else [
                 phrase for phrase in offers[kind] if not_names.isdisjoint(re.split(r"[\s-]+", phrase))
                 and not any(c.isdigit() for c in phrase)]
@@ -151,10 +152,28 @@ def nearest_phrase(value: str, phrases: list[str]) -> str | None:
     return phrase if ratio >= SNAP_RATIO else None
 
 
+def heard_expression(expression: str, heard_text: str) -> str:
+    """The expression with the caller's numbers in it. When a number in it was not heard and it holds as many
+    numbers as the caller said, each is replaced by the caller's in turn ("129 - 55" for "129 minus
+    fifty-four" -> "129 - 54"). Otherwise it is left as it is: a follow-up carries an earlier result nobody
+    said ("399 * 9" for "times it by nine"), and "32 ** 2" for "32 squared" a number no one says."""
+    said = list(dict.fromkeys(n for n in heard_numbers(heard_text) if n >= 0))
+    literals = list(_LITERAL.finditer(expression))
+    values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
+    if all(v in said for v in values) or len(values) != len(said):
+        return expression
+    pieces, end = [], 0
+    for literal, number in zip(literals, said, strict=True):
+        pieces += [expression[end:literal.start()], str(number)]
+        end = literal.end()
+    return "".join(pieces) + expression[end:]
+
+
 def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]:
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
-    A required name the caller did not say is replaced by the heard phrase it is a misspelling of
+    An expression gets the caller's numbers (:func:`heard_expression`). A required name the caller did not say
+    is replaced by the heard phrase it is a misspelling of
     (:func:`nearest_phrase`), which is what decoding again would have to find, without its cost or its risk of
     picking a neighbouring word. An optional detail the caller did not say is dropped rather than decoded
     again: a timer labelled "tea" when no tea was mentioned is an unlabelled timer, and decoding again could
@@ -176,7 +195,10 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
         for name in unheard:
             if name in required and tool.heard[name] == "words" and isinstance(arguments[name], str):
                 settled[name] = nearest_phrase(arguments[name], allowed[name]["enum"]) or arguments[name]
-        if unheard:
+        for name, kind in tool.heard.items():
+            if kind == "expression" and isinstance(arguments.get(name), str):
+                settled[name] = heard_expression(arguments[name], heard_text)
+        if settled != arguments:
             call = {**call, "arguments": settled}
             body = json.dumps(call)
     return (body if not check(call, CompiledSchema(schema)) else None), schema

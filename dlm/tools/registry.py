@@ -33,8 +33,8 @@ class ToolError(ValueError):
 
 @dataclass(frozen=True)
 class Tool:
-    """`heard` names the parameters whose value the caller says ("words" or a "number"), which a call may
-    only carry as heard (`dlm.tools.grounding`)."""
+    """`heard` names the parameters whose value the caller says ("words", a "number", or an "expression" whose
+    numbers they say), which a call may only carry as heard (`dlm.tools.grounding`)."""
 
     name: str
     description: str
@@ -217,7 +217,7 @@ _TOOL_LIST = [
          {"type": "object", "properties": {"timezone": _TIMEZONE}, "additionalProperties": False}, _get_date),
     Tool("calculator", "Evaluate an arithmetic expression with + - * / % ** and sqrt().",
          {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"],
-          "additionalProperties": False}, _calculator),
+          "additionalProperties": False}, _calculator, {"expression": "expression"}),
     Tool("convert_units", "Convert a value between units of length, mass, volume, temperature or speed.",
          {"type": "object",
           "properties": {"value": {"type": "number"}, "from_unit": {"enum": list(UNITS)},

@@ -11,6 +11,7 @@ from dlm.constrained import CompiledSchema, check
 from dlm.tools import TOOLS, tool_call_schema
 from dlm.tools.grounding import (
     grounded_call_schema,
+    heard_expression,
     heard_numbers,
     heard_phrases,
     nearest_phrase,
@@ -47,9 +48,9 @@ def test_heard_phrases_are_word_runs_without_possessives() -> None:
 def test_heard_parameters_are_parameters_of_their_tools() -> None:
     for tool in TOOLS.values():
         assert set(tool.heard) <= set(tool.parameters["properties"]), tool.name
-        assert set(tool.heard.values()) <= {"words", "number"}
+        assert set(tool.heard.values()) <= {"words", "number", "expression"}
     assert {name for name, tool in TOOLS.items() if tool.heard} == {
-        "country_capital", "spell_word", "set_timer", "convert_units"}
+        "country_capital", "spell_word", "set_timer", "convert_units", "calculator"}
 
 
 def call(name: str, **arguments: object) -> dict:
@@ -105,3 +106,18 @@ def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
     assert nearest_phrase("naruseria", heard_phrases("do you know a capital of bulgaria")) == "bulgaria"
     assert nearest_phrase("unitiagoia", heard_phrases("what is bulgaria's capital")) is None  # too unlike either
     assert nearest_phrase("denmark", []) is None
+
+
+@pytest.mark.parametrize(("expression", "heard", "grounded"), [
+    ("129 - 55", "what does 129 um minus fifty-four make now", "129 - 54"),  # a number misheard, in place
+    ("22 * 5", "how much is uh twenty-eight times 5", "28 * 5"),
+    ("sqrt(20)", "what's the square root of 19", "sqrt(19)"),
+    ("2.4 + 1", "two point five plus one", "2.5 + 1"),
+    ("51 - 22", "fifty-one minus 22", "51 - 22"),  # all heard: kept
+    ("399 * 9", "times it by nine", "399 * 9"),  # a follow-up's earlier result: not the caller's to say
+    ("32 ** 2", "how much is 32 squared", "32 ** 2"),  # a number nobody says
+])
+def test_an_expression_carries_the_numbers_the_caller_said(expression: str, heard: str, grounded: str) -> None:
+    assert heard_expression(expression, heard) == grounded
+    settled, _ = settle_call(json.dumps(call("calculator", expression=expression)), heard)
+    assert settled is not None and json.loads(settled) == call("calculator", expression=grounded)
