@@ -36,6 +36,11 @@ _SIGNS = {"minus", "negative"}
 _NUMBER_WORDS = frozenset([*_UNITS, *_TEENS, *_TENS, *_SCALES, "hundred", "point", *_SIGNS])
 _TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
 _LITERAL = re.compile(r"\d+(?:\.\d+)?")  # a number in an expression (its sign is an operator)
+_PAIR = re.compile(r"\s*(?P<a>\d+(?:\.\d+)?)\s*(?P<op>\*\*|[-+*/%])?\s*(?P<b>\d+(?:\.\d+)?)\s*")
+# the words that say one operator and nothing else ("and" and "by" say several)
+_SPOKEN_OPERATORS = {"plus": "+", "add": "+", "together": "+", "sum": "+", "minus": "-", "subtract": "-",
+                     "less": "-", "times": "*", "multiplied": "*", "x": "*", "divided": "/", "over": "/",
+                     "squared": "**", "power": "**"}
 
 
 class _SpokenNumber:
@@ -153,20 +158,27 @@ def nearest_phrase(value: str, phrases: list[str]) -> str | None:
 
 
 def heard_expression(expression: str, heard_text: str) -> str:
-    """The expression with the caller's numbers in it. When a number in it was not heard and it holds as many
-    numbers as the caller said, each is replaced by the caller's in turn ("129 - 55" for "129 minus
-    fifty-four" -> "129 - 54"). Otherwise it is left as it is: a follow-up carries an earlier result nobody
-    said ("399 * 9" for "times it by nine"), and "32 ** 2" for "32 squared" a number no one says."""
+    """The expression with the caller's numbers and operator in it.
+
+    When a number in it was not heard and it holds as many numbers as the caller said, each is replaced by the
+    caller's in turn ("129 - 55" for "129 minus fifty-four" -> "129 - 54"). A follow-up's earlier result nobody
+    said ("399 * 9" for "times it by nine") and a number no one says ("32 ** 2" for "32 squared") stay. Then
+    an expression of two numbers whose operator is not the one the caller said (`_SPOKEN_OPERATORS`, when they
+    said exactly one) gets theirs: "51 ** 22" for "fifty-one minus 22" -> "51 - 22", "8 9" -> "8 * 9"."""
     said = list(dict.fromkeys(n for n in heard_numbers(heard_text) if n >= 0))
     literals = list(_LITERAL.finditer(expression))
     values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
-    if all(v in said for v in values) or len(values) != len(said):
+    if not all(v in said for v in values) and len(values) == len(said):
+        pieces, end = [], 0
+        for literal, number in zip(literals, said, strict=True):
+            pieces += [expression[end:literal.start()], str(number)]
+            end = literal.end()
+        expression = "".join(pieces) + expression[end:]
+    operators = {_SPOKEN_OPERATORS[w] for w in _TOKEN.findall(heard_text.lower()) if w in _SPOKEN_OPERATORS}
+    pair = _PAIR.fullmatch(expression)
+    if pair is None or len(operators) != 1 or pair["op"] in operators:
         return expression
-    pieces, end = [], 0
-    for literal, number in zip(literals, said, strict=True):
-        pieces += [expression[end:literal.start()], str(number)]
-        end = literal.end()
-    return "".join(pieces) + expression[end:]
+    return f"{pair['a']} {operators.pop()} {pair['b']}"
 
 
 def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]:

@@ -116,8 +116,12 @@ def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
     ("51 - 22", "fifty-one minus 22", "51 - 22"),  # all heard: kept
     ("399 * 9", "times it by nine", "399 * 9"),  # a follow-up's earlier result: not the caller's to say
     ("32 ** 2", "how much is 32 squared", "32 ** 2"),  # a number nobody says
+    ("51 ** 22", "tell me fifty-one minus 22", "51 - 22"),  # the operator the caller said
+    ("8   9", "what's eight multiplied by 9", "8 * 9"),
+    ("95 / 160", "what's ninety-six and 160 together", "96 + 160"),  # both at once
+    ("-5 + 3", "minus 5 plus 3", "-5 + 3"),  # two operators said: left alone
 ])
-def test_an_expression_carries_the_numbers_the_caller_said(expression: str, heard: str, grounded: str) -> None:
+def test_an_expression_carries_the_numbers_and_operator_the_caller_said(expression: str, heard: str, grounded: str) -> None:
     assert heard_expression(expression, heard) == grounded
     settled, _ = settle_call(json.dumps(call("calculator", expression=expression)), heard)
     assert settled is not None and json.loads(settled) == call("calculator", expression=grounded)
