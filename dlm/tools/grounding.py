@@ -37,10 +37,11 @@ _NUMBER_WORDS = frozenset([*_UNITS, *_TEENS, *_TENS, *_SCALES, "hundred", "point
 _TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
 _LITERAL = re.compile(r"\d+(?:\.\d+)?")  # a number in an expression (its sign is an operator)
 _PAIR = re.compile(r"\s*(?P<a>\d+(?:\.\d+)?)\s*(?P<op>\*\*|[-+*/%])?\s*(?P<b>\d+(?:\.\d+)?)\s*")
-# the words that say one operator and nothing else ("and" and "by" say several)
+# the words that say one operator and nothing else ("and" and "by" say several); "times itself" says two, so
+# an expression for it is left as the model wrote it
 _SPOKEN_OPERATORS = {"plus": "+", "add": "+", "together": "+", "sum": "+", "minus": "-", "subtract": "-",
                      "less": "-", "times": "*", "multiplied": "*", "x": "*", "divided": "/", "over": "/",
-                     "squared": "**", "power": "**"}
+                     "squared": "**", "power": "**", "itself": "**"}
 
 
 class _SpokenNumber:

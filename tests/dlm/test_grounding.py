@@ -120,6 +120,7 @@ def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
     ("8   9", "what's eight multiplied by 9", "8 * 9"),
     ("95 / 160", "what's ninety-six and 160 together", "96 + 160"),  # both at once
     ("-5 + 3", "minus 5 plus 3", "-5 + 3"),  # two operators said: left alone
+    ("32 ** 2", "32 times itself", "32 ** 2"),  # "times itself" is squaring
 ])
 def test_an_expression_carries_the_numbers_and_operator_the_caller_said(expression: str, heard: str, grounded: str) -> None:
     assert heard_expression(expression, heard) == grounded
