@@ -17,9 +17,10 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # annotations only: voice.config reads COPY_FOLLOW without loading torch
+    import torch
 
 CONTEXT = 3  # committed tokens to the left that pick a phrase's continuation
 # The copy bias a reply gets (a logit, so e^4 = 55 times the odds): on the demo checkpoint, held-out answers

@@ -134,7 +134,9 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
         properties = dict(tool.parameters.get("properties", {}))
         # a tool that takes a heard number takes the words of one as that number, not as a name ("fifty")
         not_names = tool.own_words | (_NUMBER_WORDS if "number" in tool.heard.values() else frozenset())
-        for name, kind in (item for item in tool.heard.items() if item[1] != "expression"):  # those stay free
+        for name, kind in tool.heard.items():
+            if kind == "expression":  # stays free: a caller may say any arithmetic
+                continue
             offered = offers[kind] if kind == "number" else [
                 phrase for phrase in offers[kind] if not_names.isdisjoint(re.split(r"[\s-]+", phrase))
                 and not any(c.isdigit() for c in phrase)]
@@ -185,7 +187,7 @@ def heard_expression(expression: str, heard_text: str) -> str:
 def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]:
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
-    An expression gets the caller's numbers (:func:`heard_expression`). A required name the caller did not say
+    An expression gets the caller's numbers and operator (:func:`heard_expression`). A required name the caller did not say
     is replaced by the heard phrase it is a misspelling of
     (:func:`nearest_phrase`), which is what decoding again would have to find, without its cost or its risk of
     picking a neighbouring word. An optional detail the caller did not say is dropped rather than decoded
