@@ -69,8 +69,9 @@ class GenerationResult:
 class _Run:
     """Turns one generation's Commit events into text pieces and its result."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt_tokens: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, prompt_tokens: int, max_new_tokens: int) -> None:
         self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens  # the budget, context room included: reaching it is "length"
         self.decoder = IncrementalDecoder(tokenizer)
         self.t0 = time.perf_counter()
         self.prompt_tokens = prompt_tokens
@@ -85,13 +86,13 @@ class _Run:
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
 
-    def take(self, commit: Commit, max_new_tokens: int) -> str:
+    def take(self, commit: Commit) -> str:
         self.ids.extend(commit.token_ids)
         self.passes = commit.forward_passes
         if commit.block_done and self.first_block_ms is None:
             self.first_block_ms = self._ms()
         if commit.finished:
-            self.finish_reason = "length" if len(self.ids) >= max_new_tokens else "stop"
+            self.finish_reason = "length" if len(self.ids) >= self.max_new_tokens else "stop"
         piece = self.decoder.push(commit.token_ids) if commit.token_ids else ""
         if piece:
             self.pieces.append(piece)
@@ -221,12 +222,11 @@ class Engine:
             raise TypeError(f"unknown generation option(s): {', '.join(sorted(unknown))}")
         return Knobs(**clean), seed
 
-    def context_room(self, block_size: int | None = None) -> int:
-        """Tokens of prompt and reply together that a generation may use: the context less the two blocks
-        decoding keeps in reserve past the reply. One rule for the engine's own check, the API's advertised
-        context and the chats that trim their history to fit."""
-        cfg = self.model.cfg
-        return cfg.max_position_embeddings - 2 * (block_size or cfg.block_size)
+    def context_room(self) -> int:
+        """Tokens of prompt and reply together that a generation may use: the whole context the model was
+        trained on (decoding cuts its last window short at the context's end). One rule for the engine's own
+        check, the API's advertised context and the chats that trim their history to fit."""
+        return self.model.cfg.max_position_embeddings
 
     def _steps(self, session: Session, ids: list[int], knobs: Knobs, seed: int | None, run: _Run,
                stop_ids: frozenset[int], bias: LogitBias | None = None
@@ -234,10 +234,6 @@ class Engine:
         """The whole generation: commits, and the passes it needs (run by the scheduler, maybe batched)."""
         generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
         cfg = self.model.cfg
-        room = self.context_room(knobs.block_size) - len(ids)
-        if room < 1:
-            raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({cfg.max_position_embeddings})")
-        knobs = dataclasses.replace(knobs, max_new_tokens=min(knobs.max_new_tokens, room))
         if cfg.bidirectional:
             if bias:
                 raise ValueError("logit biases apply to block-causal families only")
@@ -259,7 +255,7 @@ class Engine:
         stop_ids (extra stop ids), bias (a :class:`~dlm.decoding.logit_bias.LogitBias`, block-causal families).
         """
         owned = session is None  # a session made for this call alone gives its cache back at the end
-        knobs, session, run, steps = self._prepare(prompt, session, opts)
+        session, run, steps = self._prepare(prompt, session, opts)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Delivery] = asyncio.Queue()
 
@@ -274,7 +270,7 @@ class Engine:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                piece = run.take(item, knobs.max_new_tokens)
+                piece = run.take(item)
                 if piece:
                     yield piece
         except asyncio.CancelledError:
@@ -287,21 +283,26 @@ class Engine:
 
     def _prepare(
         self, prompt: Prompt, session: Session | None, opts: dict[str, Any]
-    ) -> tuple[Knobs, Session, _Run, Generator[Commit | bc.Pass, torch.Tensor | None, None]]:
-        """What :meth:`stream` and :meth:`generate` both start from: knobs, the session, the run and its steps."""
+    ) -> tuple[Session, _Run, Generator[Commit | bc.Pass, torch.Tensor | None, None]]:
+        """What :meth:`stream` and :meth:`generate` both start from: the session, the run and its steps. The
+        token budget is the caller's ``max_new_tokens`` or what the context has room for, if less."""
         knobs, seed = self.knobs(**opts)
         ids = self.prompt_ids(prompt, opts.get("tools"))
+        room = self.context_room() - len(ids)
+        if room < 1:
+            raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({self.context_room()})")
+        knobs = dataclasses.replace(knobs, max_new_tokens=min(knobs.max_new_tokens, room))
         session = session or self.new_session()
-        run = _Run(self.tokenizer, len(ids))
+        run = _Run(self.tokenizer, len(ids), knobs.max_new_tokens)
         steps = self._steps(session, ids, knobs, seed, run, self.stop_ids | frozenset(opts.get("stop_ids") or ()),
                             opts.get("bias"))
-        return knobs, session, run, steps
+        return session, run, steps
 
     def generate(self, prompt: Prompt, session: Session | None = None,
                  on_piece: Callable[[str], None] | None = None, **opts: Any) -> GenerationResult:
         """Blocking generation (not from the model worker); ``on_piece`` sees each final text piece."""
         owned = session is None
-        knobs, session, run, steps = self._prepare(prompt, session, opts)
+        session, run, steps = self._prepare(prompt, session, opts)
         inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
         job = Job(steps, inbox.put)
         self.scheduler.add(job)
@@ -309,7 +310,7 @@ class Engine:
             while (item := inbox.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                piece = run.take(item, knobs.max_new_tokens)
+                piece = run.take(item)
                 if piece and on_piece is not None:
                     on_piece(piece)
         finally:

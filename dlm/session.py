@@ -61,10 +61,10 @@ class Session:
         return self._state.cache.nbytes() if self._state is not None else 0
 
     def state(self, needed: int) -> CachedForward:
-        """The cache, allocated or grown so that ``needed`` positions fit (model worker only)."""
+        """The cache, allocated or grown so that ``needed`` positions fit (model worker only). Never more than
+        the context: decoding cuts its last window short there (:func:`dlm.decoding.schedule.window_end`)."""
         ctx = self.engine.model.cfg.max_position_embeddings
-        if needed > ctx:
-            raise ValueError(f"{needed} positions needed but the model's context length is {ctx}")
+        needed = min(needed, ctx)
         if self._state is None or needed > self._state.cache.capacity:
             self.capacity = min(ctx, max(needed, self.capacity, 2 * (self._state.cache.capacity if self._state else 0)))
             old = self._state

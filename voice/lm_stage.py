@@ -65,7 +65,7 @@ class LmStage:
 
     def _fit_history(self) -> None:
         """Leave room in the model's context for a whole reply (``dlm.history.fit_history``)."""
-        budget = self.engine.context_room(self.config.block_size) - self.config.max_new_tokens
+        budget = self.engine.context_room() - self.config.max_new_tokens
         fit_history(self.history, self._prompt_len, budget)
 
     def partial_prompt_ids(self, user_text: str) -> list[int]:

@@ -20,7 +20,7 @@ from dlm.config import ModelConfig
 from dlm.constrained import JsonSchemaConstraint
 from dlm.decoding.block_causal import BlockForward
 from dlm.decoding.confidence import Sampling, pick_tokens
-from dlm.decoding.schedule import block_end
+from dlm.decoding.schedule import window_end
 
 
 class UnsupportedModel(ValueError):
@@ -53,7 +53,7 @@ def constrained_decode(
     generated = 0
     while True:
         start, known = forward.length, len(tokens)
-        window = tokens[start:] + [mask_id] * (block_end(known, cfg.block_size) - known)
+        window = tokens[start:] + [mask_id] * (window_end(known, cfg.block_size, cfg.max_position_embeddings) - known)
         first = known - start
         while first < len(window):
             if shift and first == 0:  # predicted by the last committed position: no pass needed

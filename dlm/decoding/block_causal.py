@@ -1,12 +1,12 @@
 """The product decoder for block-causal families (SDAR, Fast-dLLM v2, the dllm a2d/bd3lm conversions).
 
 Each block is a window that starts where the KV cache ends (so a prompt tail that does not fill a block is
-decoded inside the first window, as the references do) and ends on a multiple of its size. Passes attend
-to the cache and bidirectionally inside the window; each unmasks the confident positions of the current
-sub-block (every one above the threshold, or the most confident ones under the factor rule, at least one)
-or a fixed share of them, or with ``in_order`` the same rule as a run of the leftmost masked positions;
-once the window is full its KV is committed. Because unmasked tokens are never remasked, the contiguous
-decoded prefix of the window is final at once and is yielded immediately.
+decoded inside the first window, as the references do) and ends on a multiple of its size, or at the end of
+the context. Passes attend to the cache and bidirectionally inside the window; each unmasks the confident
+positions of the current sub-block (every one above the threshold, or the most confident ones under the factor
+rule, at least one) or a fixed share of them, or with ``in_order`` the same rule as a run of the leftmost
+masked positions; once the window is full its KV is committed. Because unmasked tokens are never remasked, the
+contiguous decoded prefix of the window is final at once and is yielded immediately.
 
 Token-shift families (Fast-dLLM v2) predict position i from output i-1: the first position of a window
 is predicted by the last committed logit, so it is filled without a pass (the reference's
@@ -46,7 +46,7 @@ from dlm.decoding.confidence import (
 )
 from dlm.decoding.logit_bias import CONTEXT, LogitBias
 from dlm.decoding.prefill import ChunkForward, prefill_blocks
-from dlm.decoding.schedule import block_end, block_sizes, segment_mask, transfer_counts
+from dlm.decoding.schedule import block_end, block_sizes, segment_mask, transfer_counts, window_end
 from dlm.kv_cache import KVCache
 from dlm.model import Transformer
 from kernels.dispatch import SETTINGS, kernel_path
@@ -353,7 +353,7 @@ def decode_passes(
     pending: torch.Tensor | None = None  # a finished window whose KV rides along the next pass
     while True:
         start, known = forward.length + (pending.shape[0] if pending is not None else 0), len(tokens)
-        end = block_end(known, next(sizes))
+        end = window_end(known, next(sizes), cfg.max_position_embeddings)
         window = torch.tensor(tokens[start:] + [mask_id] * (end - known), dtype=torch.long, device=forward.device)
         masked = window == mask_id
         emitted = known - start  # window offset of the first position not yet yielded

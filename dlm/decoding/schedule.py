@@ -31,6 +31,12 @@ def block_end(start: int, size: int) -> int:
     return align_up(start + 1, size)
 
 
+def window_end(known: int, size: int, context: int) -> int:
+    """End of the window that decodes position ``known``: its block's end, cut short at the end of the context
+    (the model has no positions past it), so a reply may use the whole context."""
+    return min(block_end(known, size), context)
+
+
 def block_sizes(schedule: Sequence[int], default: int) -> Iterator[int]:
     """The size of each successive generated block: the schedule's entries, then ``default`` for ever."""
     for size in schedule:

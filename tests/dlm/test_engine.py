@@ -48,6 +48,19 @@ def test_stop_token_ends_generation(engine):
     assert r.token_ids == free.token_ids[:first] and r.finish_reason == "stop"
 
 
+def test_a_reply_may_fill_the_whole_context(engine):
+    """A prompt 5 tokens short of the context gets up to 5 tokens, a budget that ends there counts as "length",
+    and with blocks of 6 (the context is no multiple of 6) the last window is cut short at the context's end."""
+    ctx = engine.model.cfg.max_position_embeddings
+    assert engine.context_room() == ctx and ctx % 6
+    prompt = [10 + i % 200 for i in range(ctx - 5)]
+    for block_size in (None, 6):
+        r = engine.generate(prompt, max_new_tokens=64, block_size=block_size, threshold=0.5)
+        assert len(r.token_ids) <= 5 and (r.finish_reason == "length") == (len(r.token_ids) == 5)
+    with pytest.raises(ValueError, match="leaves no room"):
+        engine.generate([10] * ctx, max_new_tokens=4)
+
+
 def test_prefix_streams_before_the_block_completes(engine):
     """One token per pass: the decoded prefix streams, so text arrives in more pieces than blocks."""
     block = engine.model.cfg.block_size
@@ -115,13 +128,15 @@ def test_two_sessions_at_once_match_sequential_runs(engine):
 
 
 def test_cancellation_frees_the_session(engine):
+    """Cancelled mid-stream (both fixtures decode 256 tokens from "abc"; from PROMPT one stops after 4,
+    which could finish before the cancel lands), the session's cache is given back."""
     async def main():
         session = engine.new_session()
         first = asyncio.Event()
         gate = threading.Event()
 
         async def consume():
-            async for _ in engine.stream(PROMPT, session=session, max_new_tokens=256, passes_per_block=4):
+            async for _ in engine.stream("abc", session=session, max_new_tokens=256, passes_per_block=4):
                 if not first.is_set():
                     engine.worker.submit(gate.wait)  # no further pass until the cancel has landed: on a busy
                     first.set()  # machine the worker could otherwise finish before the event loop cancels
@@ -183,7 +198,7 @@ def test_utf8_pieces_never_split_a_character():
     tok = _byte_tokenizer()
     ids = tok.encode("é ok ü")
     assert len(ids) == 8  # two bytes each for é and ü
-    run = _Run(tok, prompt_tokens=1)
-    pieces = [run.take(Commit([i], n, False), 99) for n, i in enumerate(ids, 1)]
+    run = _Run(tok, prompt_tokens=1, max_new_tokens=99)
+    pieces = [run.take(Commit([i], n, False)) for n, i in enumerate(ids, 1)]
     assert pieces[0] == "" and pieces[1] == "é"
     assert "".join(pieces) == "é ok ü" and "\ufffd" not in "".join(pieces)
