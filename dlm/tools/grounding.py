@@ -21,6 +21,20 @@ from dlm.constrained.schema import CompiledSchema, check
 from dlm.tools.registry import TOOLS, call_schema
 
 MAX_PHRASE_WORDS = 3
+# Words no name begins or ends with: articles, pronouns, auxiliaries, prepositions, conjunctions, question words
+# and the fillers and courtesies of speech. "what is malaysia's capital" offers "malaysia" as a country, not
+# "what" or "is malaysia"; "new zealand" and "bosnia and herzegovina" stay whole. Any one of them may still be
+# a word to spell ("how do you spell which").
+FUNCTION_WORDS = frozenset([
+    "a", "an", "the", "this", "that", "these", "those", "some", "any", "i", "me", "my", "you", "your", "he", "him",
+    "his", "she", "her", "it", "its", "we", "us", "our", "they", "them", "their", "is", "are", "was", "were", "be",
+    "been", "am", "do", "does", "did", "have", "has", "had", "can", "could", "would", "will", "shall", "should",
+    "may", "might", "must", "of", "to", "in", "on", "at", "by", "for", "from", "with", "about", "as", "into",
+    "onto", "over", "under", "after", "before", "than", "then", "and", "or", "but", "so", "if", "what", "which",
+    "who", "whom", "whose", "when", "where", "why", "how", "um", "uh", "er", "ah", "hmm", "oh", "hey", "hi",
+    "hello", "well", "okay", "ok", "yeah", "yes", "no", "please", "thanks", "thank", "just", "now", "again", "also",
+    "too", "very", "really"
+])
 # How alike (difflib's ratio) a required name and a heard phrase must be for the phrase to replace it without
 # decoding again: "denkk" -> "denmark" 0.67, "naruseria" -> "bulgaria" 0.47; "unitiagoia" is nearer to
 # "capital" (0.35) than to "bulgaria" (0.33) and is decoded again (python -m dlm.eval --failures, README).
@@ -122,13 +136,22 @@ def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
                               for i in range(len(words) - n + 1)))
 
 
+def heard_offers(text: str) -> dict[str, list[Any]]:
+    """What `text` offers each kind of heard parameter: as a "name" its phrases that neither begin nor end with
+    a function word, as a "word" any one of its words or those names, as a "number" the numbers said."""
+    phrases = heard_phrases(text)
+    names = [p for p in phrases if FUNCTION_WORDS.isdisjoint({p.split()[0], p.split()[-1]})]
+    return {"name": names, "word": list(dict.fromkeys([p for p in phrases if " " not in p] + names)),
+            "number": heard_numbers(text)}
+
+
 def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     """Each tool's parameter schema with its heard parameters narrowed to what `text` offers (a parameter is
     left as it is when `text` offers nothing of its kind, so a call stays possible). Words that ask for the tool
     (`Tool.own_words`: "capital", "city", "timer", "minutes") are never offered as its values: "what is
     bulgaria's capital" offers "bulgaria" for the country, not "capital". Nor are digits, or number words
     where the tool takes a heard number too (a timer of "fifty seconds" is not labelled "fifty")."""
-    offers = {"words": heard_phrases(text), "number": heard_numbers(text)}  # once per turn, for every tool
+    offers = heard_offers(text)  # once per turn, for every tool
     narrowed = {}
     for tool in TOOLS.values():
         properties = dict(tool.parameters.get("properties", {}))
@@ -187,12 +210,12 @@ def heard_expression(expression: str, heard_text: str) -> str:
 def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]:
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
-    An expression gets the caller's numbers and operator (:func:`heard_expression`). A required name the caller did not say
-    is replaced by the heard phrase it is a misspelling of
-    (:func:`nearest_phrase`), which is what decoding again would have to find, without its cost or its risk of
-    picking a neighbouring word. An optional detail the caller did not say is dropped rather than decoded
-    again: a timer labelled "tea" when no tea was mentioned is an unlabelled timer, and decoding again could
-    only pick some other word."""
+    An expression gets the caller's numbers and operator (:func:`heard_expression`). A required name the caller
+    did not say is replaced by the heard phrase it is a misspelling of (:func:`nearest_phrase`), and a required
+    number they did not say by the one number they said, if they said one: that is what decoding again would
+    have to find, without its cost or its risk of picking a neighbouring word (or adding a detail). An optional
+    detail the caller did not say is dropped rather than decoded again: a timer labelled "tea" when no tea was
+    mentioned is an unlabelled timer, and decoding again could only pick some other word."""
     narrowed = grounded_parameters(heard_text)
     schema = call_schema(narrowed)
     try:
@@ -208,8 +231,13 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
                    and "enum" in allowed[name] and arguments[name] not in allowed[name]["enum"]]
         settled = {k: v for k, v in arguments.items() if k not in unheard or k in required}
         for name in unheard:
-            if name in required and tool.heard[name] == "words" and isinstance(arguments[name], str):
-                settled[name] = nearest_phrase(arguments[name], allowed[name]["enum"]) or arguments[name]
+            offered = allowed[name]["enum"]
+            if name not in required:
+                continue
+            if tool.heard[name] == "number" and len(offered) == 1:
+                settled[name] = offered[0]
+            elif tool.heard[name] != "number" and isinstance(arguments[name], str):
+                settled[name] = nearest_phrase(arguments[name], offered) or arguments[name]
         for name, kind in tool.heard.items():
             if kind == "expression" and isinstance(arguments.get(name), str):
                 settled[name] = heard_expression(arguments[name], heard_text)

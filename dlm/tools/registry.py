@@ -33,8 +33,8 @@ class ToolError(ValueError):
 
 @dataclass(frozen=True)
 class Tool:
-    """`heard` names the parameters whose value the caller says ("words", a "number", or an "expression" whose
-    numbers they say), which a call may only carry as heard (`dlm.tools.grounding`)."""
+    """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", or an
+    "expression" whose numbers they say), which a call may only carry as heard (`dlm.tools.grounding`)."""
 
     name: str
     description: str
@@ -44,10 +44,11 @@ class Tool:
 
     @cached_property
     def own_words(self) -> frozenset[str]:
-        """The words of its description, its parameters' names and their enums: what a caller says to ask for
-        this tool ("the capital of", "a timer for three minutes"), so never a value a heard parameter carries."""
+        """The words of its name, its description, its parameters' names and their enums: what a caller says to
+        ask for this tool ("spell", "the capital of", "a timer for three minutes"), so never a value a heard
+        parameter carries."""
         enums = [str(v) for spec in self.parameters.get("properties", {}).values() for v in spec.get("enum", ())]
-        text = " ".join([self.description, *self.parameters.get("properties", {}), *enums])
+        text = " ".join([self.name.replace("_", " "), self.description, *self.parameters.get("properties", {}), *enums])
         return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
 
     def spec(self) -> dict[str, Any]:
@@ -229,7 +230,7 @@ _TOOL_LIST = [
           "properties": {"amount": {"type": "number"}, "unit": {"enum": list(TIMER_UNITS)},
                          "label": {"type": "string"}},
           "required": ["amount", "unit"], "additionalProperties": False}, _set_timer,
-         {"amount": "number", "label": "words"}),
+         {"amount": "number", "label": "name"}),
     Tool("cancel_timer", "Cancel a timer by id, or the latest one.",
          {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": False},
          _cancel_timer),
@@ -237,10 +238,10 @@ _TOOL_LIST = [
          {"type": "object", "properties": {}, "additionalProperties": False}, _list_timers),
     Tool("country_capital", "The capital city of a country.",
          {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"],
-          "additionalProperties": False}, _country_capital, {"country": "words"}),
+          "additionalProperties": False}, _country_capital, {"country": "name"}),
     Tool("spell_word", "The letters of a word or name, to read them out.",
          {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"],
-          "additionalProperties": False}, _spell_word, {"word": "words"}),
+          "additionalProperties": False}, _spell_word, {"word": "word"}),
 ]
 TOOLS: dict[str, Tool] = {tool.name: tool for tool in _TOOL_LIST}
 _COMPILED = {tool.name: CompiledSchema(tool.parameters) for tool in _TOOL_LIST}

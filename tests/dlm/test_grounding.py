@@ -13,6 +13,7 @@ from dlm.tools.grounding import (
     grounded_call_schema,
     heard_expression,
     heard_numbers,
+    heard_offers,
     heard_phrases,
     nearest_phrase,
     settle_call,
@@ -48,7 +49,7 @@ def test_heard_phrases_are_word_runs_without_possessives() -> None:
 def test_heard_parameters_are_parameters_of_their_tools() -> None:
     for tool in TOOLS.values():
         assert set(tool.heard) <= set(tool.parameters["properties"]), tool.name
-        assert set(tool.heard.values()) <= {"words", "number", "expression"}
+        assert set(tool.heard.values()) <= {"name", "word", "number", "expression"}
     assert {name for name, tool in TOOLS.items() if tool.heard} == {
         "country_capital", "spell_word", "set_timer", "convert_units", "calculator"}
 
@@ -96,9 +97,24 @@ def test_a_call_is_kept_trimmed_or_sent_back_to_be_decoded_again() -> None:
     label = "let me know in 16 minutes thank you"  # no label said: an invented one is dropped, not decoded again
     kept, _ = settle_call(json.dumps(call("set_timer", amount=16, unit="minutes", label="tea")), label)
     assert json.loads(kept) == call("set_timer", amount=16, unit="minutes")
-    wrong_amount = json.dumps(call("set_timer", amount=19, unit="minutes", label="tea"))
-    assert settle_call(wrong_amount, label)[0] is None
+    wrong_amount = json.dumps(call("set_timer", amount=19, unit="minutes", label="tea"))  # the one number said
+    assert json.loads(settle_call(wrong_amount, label)[0]) == call("set_timer", amount=16, unit="minutes")
+    assert settle_call(wrong_amount, "in 16 or 17 minutes")[0] is None  # which of two: decode again
     assert settle_call(json.dumps(call("no_such_tool")), label)[0] is None
+
+
+def test_names_neither_begin_nor_end_with_a_function_word() -> None:
+    offers = heard_offers("um what is new zealand's capital")
+    assert "new zealand" in offers["name"] and "new zealand capital" in offers["name"]
+    assert not {"um", "what", "is new zealand", "new zealand's"} & set(offers["name"])
+    assert {"what", "is", "new zealand"} <= set(offers["word"])  # any one word may be spelt ("spell which")
+    assert "is new" not in offers["word"]
+    compiled = CompiledSchema(grounded_call_schema("hey could you spell which"))
+    assert check(call("spell_word", word="which"), compiled) == []
+    assert check(call("spell_word", word="spell"), compiled)  # the tool's own name
+    assert check(call("country_capital", country="which"), compiled)
+    assert check(call("set_timer", amount=5, unit="minutes", label="can"), CompiledSchema(grounded_call_schema(
+        "remind me in 5 minutes if you can")))
 
 
 def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
@@ -106,6 +122,7 @@ def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
     assert nearest_phrase("naruseria", heard_phrases("do you know a capital of bulgaria")) == "bulgaria"
     assert nearest_phrase("unitiagoia", heard_phrases("what is bulgaria's capital")) is None  # too unlike either
     assert nearest_phrase("denmark", []) is None
+    assert nearest_phrase("brivakia", heard_offers("um what is slovakia's capital")["name"]) == "slovakia"
 
 
 @pytest.mark.parametrize(("expression", "heard", "grounded"), [
