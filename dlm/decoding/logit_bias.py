@@ -31,26 +31,29 @@ COPY_FOLLOW = 4.0
 # After a tool's result, a reply nearly always says it: the first token of each of the result's phrases gets this
 # wherever no phrase is being followed, so the copy can start right ("sor, a, m, i, l, y" -> "f, a, m, ...").
 # Held-out answers with calls grounded 84.3% -> 85.9%, 87.8% -> 89.2%, 82.7% -> 84.1% on the three samples
-# (README). Not after the caller's words: those a reply repeats only when asked to.
+# (README). Only where a word may begin (after a space or a line break): 90.9% -> 91.4%, 91.7% -> 91.9%, 86.1%
+# unchanged, with today's grounding. Not after the caller's words: those a reply repeats only when asked to.
 COPY_START = 2.0
 
 
 @dataclass(frozen=True)
 class LogitBias:
     """What to add to a generation's logits: ``follow`` to a copy phrase's next token, ``start`` to a phrase's
-    first token where no phrase is being followed."""
+    first token where no phrase is being followed and a word may begin (after one of ``word_breaks``)."""
 
     follow: float = 0.0
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
     start: float = 0.0
     starts: frozenset[int] = frozenset()
+    word_breaks: frozenset[int] = frozenset()
 
     @classmethod
     def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float,
                 start: float = 0.0) -> LogitBias:
         """Copy biases toward ``phrases``, each tokenized as it reads mid-sentence (after a space) and at the
         start of one. A run of spaces alone picks no continuation: it would favour every word of every phrase
-        wherever a word starts."""
+        wherever a word starts. A phrase starts after a space or a line break only: favoured right after a word,
+        its first piece would be glued to it ("you havefif-")."""
         spaces = set(encode(" "))
         continuations: dict[tuple[int, ...], set[int]] = defaultdict(set)
         starts: set[int] = set()
@@ -61,7 +64,8 @@ class LogitBias:
                     for n in range(1, min(CONTEXT, i) + 1):
                         if not spaces.issuperset(ids[i - n:i]):
                             continuations[tuple(ids[i - n:i])].add(ids[i])
-        return cls(follow, {k: frozenset(v) for k, v in continuations.items()}, start, frozenset(starts))
+        return cls(follow, {k: frozenset(v) for k, v in continuations.items()}, start, frozenset(starts),
+                   frozenset([*spaces, *encode("\n")]))
 
     def __bool__(self) -> bool:
         return bool(self.follow and self.continuations) or bool(self.start and self.starts)
@@ -75,7 +79,8 @@ class LogitBias:
         likeliest = logits.argmax(-1).tolist()
         for row, at in enumerate(positions):
             nexts = self.continuation(line[max(0, at - CONTEXT):at]) if self.follow else frozenset()
-            favoured, value = (nexts, self.follow) if nexts else (self.starts, self.start)
+            word_begins = at > 0 and line[at - 1] in self.word_breaks
+            favoured, value = (nexts, self.follow) if nexts else (self.starts if word_begins else (), self.start)
             if favoured and value:
                 logits[row, list(favoured)] += value
                 likeliest[row] = int(logits[row].argmax())

@@ -74,6 +74,9 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     logits = bias.apply(torch.zeros(2, vocab), [space, None, None], [1, 2])
     assert set(logits[0].nonzero()[:, 0].tolist()) == {ac, gh} and logits[0, ac] == 2.0
     assert logits[1].argmax() in (cra, ana) and logits[1].max() == 4.0  # after the first row's likeliest start
+    have, newline = ids(engine, "have", "\n")
+    assert boosted(bias, vocab, [newline]) == {ac, gh}  # the reply's first word
+    assert boosted(bias, vocab, [have]) == set()  # glued to a word, a start would spell "haveac"
     tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra"})}
     after_result = reply_copy_bias([tool], engine.tokenizer.encode)
     after_words = reply_copy_bias([{"role": "user", "content": "say back accra"}], engine.tokenizer.encode)
@@ -83,7 +86,8 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
 
 def test_the_engine_decodes_under_a_bias(engine: Engine) -> None:
     (period,) = engine.tokenizer.encode(".")
-    every_position = LogitBias.copying(["."], engine.tokenizer.encode, follow=0.0, start=100.0)
+    anywhere = frozenset(range(engine.model.cfg.vocab_size))  # a phrase may start after any token
+    every_position = LogitBias(start=100.0, starts=frozenset({period}), word_breaks=anywhere)
     assert engine.generate("hello", bias=every_position, max_new_tokens=6).token_ids == [period] * 6
     assert engine.generate("hello", max_new_tokens=6).token_ids != [period] * 6
 
