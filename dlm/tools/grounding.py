@@ -21,10 +21,10 @@ from dlm.constrained.schema import CompiledSchema, check
 from dlm.tools.registry import TOOLS, call_schema
 
 MAX_PHRASE_WORDS = 3
-# Words no name begins or ends with: articles, pronouns, auxiliaries, prepositions, conjunctions, question words
-# and the fillers and courtesies of speech. "what is malaysia's capital" offers "malaysia" as a country, not
-# "what" or "is malaysia"; "new zealand" and "bosnia and herzegovina" stay whole. Any one of them may still be
-# a word to spell ("how do you spell which").
+# Words no name begins or ends with: articles, pronouns, auxiliaries, prepositions, conjunctions, question words,
+# the verbs and adverbs of a request ("tell me", "same for ... right now") and the fillers and courtesies of
+# speech. "tell me malaysia's capital" offers "malaysia" as a country, not "tell" or "me malaysia"; "new
+# zealand" and "bosnia and herzegovina" stay whole. One may still be the word to spell ("how do you spell which").
 FUNCTION_WORDS = frozenset([
     "a", "an", "the", "this", "that", "these", "those", "some", "any", "i", "me", "my", "you", "your", "he", "him",
     "his", "she", "her", "it", "its", "we", "us", "our", "they", "them", "their", "is", "are", "was", "were", "be",
@@ -33,7 +33,9 @@ FUNCTION_WORDS = frozenset([
     "onto", "over", "under", "after", "before", "than", "then", "and", "or", "but", "so", "if", "what", "which",
     "who", "whom", "whose", "when", "where", "why", "how", "um", "uh", "er", "ah", "hmm", "oh", "hey", "hi",
     "hello", "well", "okay", "ok", "yeah", "yes", "no", "please", "thanks", "thank", "just", "now", "again", "also",
-    "too", "very", "really"
+    "too", "very", "really", "ya", "yep", "nope", "alright", "there", "here", "today", "right", "same", "tell",
+    "say", "give", "show", "let", "know", "happen", "want", "need", "like", "get", "go", "quick", "question",
+    "excuse", "listen", "sorry", "real"
 ])
 # How alike (difflib's ratio) a required name and a heard phrase must be for the phrase to replace it without
 # decoding again: "denkk" -> "denmark" 0.67, "naruseria" -> "bulgaria" 0.47; "unitiagoia" is nearer to
@@ -138,33 +140,48 @@ def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
 
 def heard_offers(text: str) -> dict[str, list[Any]]:
     """What `text` offers each kind of heard parameter: as a "name" its phrases that neither begin nor end with
-    a function word, as a "word" any one of its words or those names, as a "number" the numbers said."""
+    a function word, as a "word" any one of its words, as a "number" the numbers said."""
     phrases = heard_phrases(text)
     names = [p for p in phrases if FUNCTION_WORDS.isdisjoint({p.split()[0], p.split()[-1]})]
-    return {"name": names, "word": list(dict.fromkeys([p for p in phrases if " " not in p] + names)),
-            "number": heard_numbers(text)}
+    return {"name": names, "word": [p for p in phrases if " " not in p], "number": heard_numbers(text)}
+
+
+def whole_phrase(phrases: list[str]) -> str | None:
+    """The one phrase every other one is part of ("new zealand" of "new", "zealand"), if there is one."""
+    longest = max(phrases, key=lambda p: len(p.split()), default=None)
+    if longest is None or not all(f" {p} " in f" {longest} " for p in phrases):
+        return None
+    return longest
 
 
 def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
-    """Each tool's parameter schema with its heard parameters narrowed to what `text` offers (a parameter is
-    left as it is when `text` offers nothing of its kind, so a call stays possible). Words that ask for the tool
-    (`Tool.own_words`: "capital", "city", "timer", "minutes") are never offered as its values: "what is
-    bulgaria's capital" offers "bulgaria" for the country, not "capital". Nor are digits, or number words
-    where the tool takes a heard number too (a timer of "fifty seconds" is not labelled "fifty")."""
+    """Each tool's parameter schema with its heard parameters narrowed to what `text` offers. When it offers
+    nothing of its kind a required parameter is left as it is, so a call stays possible, and an optional one is
+    taken out (a timer's label nobody said). Words that ask for the tool (`Tool.own_words`: "capital", "city",
+    "timer", "minutes") are never offered as its values: "what is bulgaria's capital" offers "bulgaria" for the
+    country, not "capital". Nor are digits, or number words where the tool takes a heard number too (a timer of
+    "fifty seconds" is not labelled "fifty"). A "word" is a name if one was said, else any word."""
     offers = heard_offers(text)  # once per turn, for every tool
     narrowed = {}
     for tool in TOOLS.values():
         properties = dict(tool.parameters.get("properties", {}))
+        required = tool.parameters.get("required", ())
         # a tool that takes a heard number takes the words of one as that number, not as a name ("fifty")
         not_names = tool.own_words | (_NUMBER_WORDS if "number" in tool.heard.values() else frozenset())
+
+        def names(phrases: list[str], not_names: frozenset[str] = not_names) -> list[str]:
+            return [p for p in phrases if not_names.isdisjoint(re.split(r"[\s-]+", p)) and not any(c.isdigit() for c in p)]
+
         for name, kind in tool.heard.items():
             if kind == "expression":  # stays free: a caller may say any arithmetic
                 continue
-            offered = offers[kind] if kind == "number" else [
-                phrase for phrase in offers[kind] if not_names.isdisjoint(re.split(r"[\s-]+", phrase))
-                and not any(c.isdigit() for c in phrase)]
+            offered = offers["number"] if kind == "number" else names(offers["name"])
+            if kind == "word" and not offered:
+                offered = names(offers["word"])
             if offered:
                 properties[name] = {"enum": offered}
+            elif name not in required:
+                del properties[name]
         narrowed[tool.name] = {**tool.parameters, "properties": properties}
     return narrowed
 
@@ -211,11 +228,13 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
     An expression gets the caller's numbers and operator (:func:`heard_expression`). A required name the caller
-    did not say is replaced by the heard phrase it is a misspelling of (:func:`nearest_phrase`), and a required
-    number they did not say by the one number they said, if they said one: that is what decoding again would
-    have to find, without its cost or its risk of picking a neighbouring word (or adding a detail). An optional
-    detail the caller did not say is dropped rather than decoded again: a timer labelled "tea" when no tea was
-    mentioned is an unlabelled timer, and decoding again could only pick some other word."""
+    did not say becomes the one they said, when everything they said that could be one is part of it ("phe" for
+    "a capital of new zealand" -> "new zealand", :func:`whole_phrase`), or else the heard phrase it is a
+    misspelling of (:func:`nearest_phrase`); a required number they did not say becomes the one number they
+    said, if they said one. That is what decoding again would have to find, without its cost or its risk of
+    picking a neighbouring word (or adding a detail). An optional detail the caller did not say is dropped rather
+    than decoded again: a timer labelled "tea" when no tea was mentioned is an unlabelled timer, and decoding
+    again could only pick some other word."""
     narrowed = grounded_parameters(heard_text)
     schema = call_schema(narrowed)
     try:
@@ -227,17 +246,20 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
     if tool is not None and isinstance(arguments, dict):
         required = set(tool.parameters.get("required", ()))
         allowed = narrowed[tool.name]["properties"]
+        offers = {name: allowed[name].get("enum") for name in tool.heard if name in allowed}
         unheard = [name for name in tool.heard if name in arguments
-                   and "enum" in allowed[name] and arguments[name] not in allowed[name]["enum"]]
+                   and (name not in offers or offers[name] is not None and arguments[name] not in offers[name])]
         settled = {k: v for k, v in arguments.items() if k not in unheard or k in required}
-        for name in unheard:
-            offered = allowed[name]["enum"]
-            if name not in required:
+        for name, offered in offers.items():
+            value = settled.get(name)  # an unheard optional one is gone already
+            if not offered or value is None:
                 continue
-            if tool.heard[name] == "number" and len(offered) == 1:
-                settled[name] = offered[0]
-            elif tool.heard[name] != "number" and isinstance(arguments[name], str):
-                settled[name] = nearest_phrase(arguments[name], offered) or arguments[name]
+            if tool.heard[name] == "number":
+                if name in unheard and len(offered) == 1:
+                    settled[name] = offered[0]
+                continue
+            if name in unheard and isinstance(value, str):
+                settled[name] = whole_phrase(offered) or nearest_phrase(value, offered) or value
         for name, kind in tool.heard.items():
             if kind == "expression" and isinstance(arguments.get(name), str):
                 settled[name] = heard_expression(arguments[name], heard_text)

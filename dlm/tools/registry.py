@@ -44,12 +44,13 @@ class Tool:
 
     @cached_property
     def own_words(self) -> frozenset[str]:
-        """The words of its name, its description, its parameters' names and their enums: what a caller says to
-        ask for this tool ("spell", "the capital of", "a timer for three minutes"), so never a value a heard
-        parameter carries."""
+        """The words of its name, its description, its parameters' names and their enums, and their inflections:
+        what a caller says to ask for this tool ("spelled", "the capital of", "a timer for three minutes"), so
+        never a value a heard parameter carries."""
         enums = [str(v) for spec in self.parameters.get("properties", {}).values() for v in spec.get("enum", ())]
         text = " ".join([self.name.replace("_", " "), self.description, *self.parameters.get("properties", {}), *enums])
-        return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
+        words = set(re.findall(r"[a-z0-9]+", text.lower()))
+        return frozenset(words | {w + ending for w in words if len(w) > 3 for ending in ("s", "es", "ed", "ing")})
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style function description."""

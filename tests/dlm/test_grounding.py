@@ -17,6 +17,7 @@ from dlm.tools.grounding import (
     heard_phrases,
     nearest_phrase,
     settle_call,
+    whole_phrase,
 )
 
 
@@ -83,7 +84,9 @@ def test_names_are_grounded_and_nothing_heard_leaves_a_parameter_free() -> None:
     free = grounded_call_schema("set a timer for a minute")  # no number said: the amount keeps its own schema
     timer = next(b for b in free["anyOf"] if b["properties"]["name"] == {"const": "set_timer"})
     assert timer["properties"]["arguments"]["properties"]["amount"] == {"type": "number"}
-    assert grounded_call_schema("", ["set_timer"]) == tool_call_schema(["set_timer"])
+    nothing = grounded_call_schema("", ["set_timer"])["anyOf"][0]["properties"]["arguments"]
+    assert nothing["properties"] == {k: v for k, v in tool_call_schema(["set_timer"])["anyOf"][0]["properties"][
+        "arguments"]["properties"].items() if k != "label"}  # an optional name nobody said is taken out
 
 
 def test_a_call_is_kept_trimmed_or_sent_back_to_be_decoded_again() -> None:
@@ -92,7 +95,9 @@ def test_a_call_is_kept_trimmed_or_sent_back_to_be_decoded_again() -> None:
     assert settle_call(right, heard) == (right, grounded_call_schema(heard))
     misspelt = settle_call(json.dumps(call("spell_word", word="rythm")), heard)[0]  # a required name like a heard one
     assert misspelt is not None and json.loads(misspelt) == call("spell_word", word="rhythm")
-    assert settle_call(json.dumps(call("spell_word", word="qqqqq")), heard)[0] is None  # like none: decode again
+    assert settle_call(json.dumps(call("spell_word", word="qqqqq")), heard)[0] == right  # the one name said
+    two = "how do you spell rhythm and how do you spell rhyme"
+    assert settle_call(json.dumps(call("spell_word", word="qqqqq")), two)[0] is None  # like neither: decode again
     assert settle_call(right[:-1], heard)[0] is None  # not JSON
     label = "let me know in 16 minutes thank you"  # no label said: an invented one is dropped, not decoded again
     kept, _ = settle_call(json.dumps(call("set_timer", amount=16, unit="minutes", label="tea")), label)
@@ -107,14 +112,30 @@ def test_names_neither_begin_nor_end_with_a_function_word() -> None:
     offers = heard_offers("um what is new zealand's capital")
     assert "new zealand" in offers["name"] and "new zealand capital" in offers["name"]
     assert not {"um", "what", "is new zealand", "new zealand's"} & set(offers["name"])
-    assert {"what", "is", "new zealand"} <= set(offers["word"])  # any one word may be spelt ("spell which")
-    assert "is new" not in offers["word"]
+    assert {"what", "is", "new", "zealand"} <= set(offers["word"])  # any one word may be spelt ("spell which")
+    assert "new zealand" not in offers["word"]
     compiled = CompiledSchema(grounded_call_schema("hey could you spell which"))
     assert check(call("spell_word", word="which"), compiled) == []
     assert check(call("spell_word", word="spell"), compiled)  # the tool's own name
     assert check(call("country_capital", country="which"), compiled)
     assert check(call("set_timer", amount=5, unit="minutes", label="can"), CompiledSchema(grounded_call_schema(
         "remind me in 5 minutes if you can")))
+
+
+def test_a_name_is_the_whole_one_the_caller_said() -> None:
+    heard = "do you happen to know a capital of new zealand"
+    for said in ("phe", "new zealand"):
+        settled = settle_call(json.dumps(call("country_capital", country=said)), heard)[0]
+        assert json.loads(settled) == call("country_capital", country="new zealand"), said
+    new = json.dumps(call("country_capital", country="new"))  # said, so kept: it could be all of a name
+    assert settle_call(new, heard)[0] == new
+    spelled = settle_call(json.dumps(call("spell_word", word="faminly")), "okay how is family spelled")[0]
+    assert json.loads(spelled) == call("spell_word", word="family")  # "spelled" asks for the tool
+    assert whole_phrase(["new", "zealand", "new zealand"]) == "new zealand"
+    assert whole_phrase(["bulgaria", "romania"]) is None
+    label = "remind me in nineteen minutes if you can"  # an invented optional detail is dropped, not replaced
+    kept = settle_call(json.dumps(call("set_timer", amount=19, unit="minutes", label="breteen")), label)[0]
+    assert json.loads(kept) == call("set_timer", amount=19, unit="minutes")
 
 
 def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:

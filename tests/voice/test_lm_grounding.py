@@ -38,10 +38,13 @@ def test_a_name_the_caller_did_not_say_becomes_the_heard_one_it_is_like_or_is_de
     slovakia = "do you happen to know the capital of slovakia"
     misspelt = {"name": "country_capital", "arguments": {"country": "fovakia"}}
     assert ground(engine, slovakia, misspelt) == ({"name": "country_capital", "arguments": {"country": "slovakia"}}, 0)
-    bulgaria = "what is bulgaria's capital"
-    call, redone = ground(engine, bulgaria, {"name": "country_capital", "arguments": {"country": "unitiagoia"}})
+    bulgaria = {"name": "country_capital", "arguments": {"country": "bulgaria"}}
+    unlike = {"name": "country_capital", "arguments": {"country": "unitiagoia"}}
+    assert ground(engine, "what is bulgaria's capital", unlike) == (bulgaria, 0)  # the one name said
+    two = "what is the capital of bulgaria or of romania"
+    call, redone = ground(engine, two, unlike)  # like neither: decoded again
     assert redone == 1
-    assert call["name"] == "country_capital" and call["arguments"]["country"] in heard_phrases(bulgaria)
+    assert call["name"] == "country_capital" and call["arguments"]["country"] in heard_phrases(two)
 
 
 def test_a_number_the_caller_did_not_say_is_replaced_by_one_they_did(engine: Engine) -> None:
