@@ -19,6 +19,7 @@ from typing import Any
 
 from dlm.constrained.schema import CompiledSchema, check
 from dlm.tools.registry import TOOLS, call_schema
+from dlm.tools.units import spoken_units
 
 MAX_PHRASE_WORDS = 3
 # Words no name begins or ends with: articles, pronouns, auxiliaries, prepositions, conjunctions, question words,
@@ -138,12 +139,33 @@ def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
                               for i in range(len(words) - n + 1)))
 
 
+def heard_units(text: str) -> tuple[list[str], list[str]]:
+    """The units a transcript names (their codes): those said right after a number, which a quantity is in
+    ("115 degrees fahrenheit", "nine yards"), and the others, which it is asked in ("in metres")."""
+    words, names = _TOKEN.findall(text.lower()), spoken_units()
+    longest = max(len(name.split()) for name in names)
+    after_number: list[str] = []
+    others: list[str] = []
+    i = 0
+    while i < len(words):
+        n = next((n for n in range(min(longest, len(words) - i), 0, -1) if " ".join(words[i:i + n]) in names), 0)
+        if n:
+            before = words[i - 1] if i else ""
+            said_after_number = before[:1].isdigit() or before[:1] == "-" or before in _NUMBER_WORDS
+            (after_number if said_after_number else others).append(names[" ".join(words[i:i + n])])
+        i += n or 1
+    return list(dict.fromkeys(after_number)), [u for u in dict.fromkeys(others) if u not in after_number]
+
+
 def heard_offers(text: str) -> dict[str, list[Any]]:
     """What `text` offers each kind of heard parameter: as a "name" its phrases that neither begin nor end with
-    a function word, as a "word" any one of its words, as a "number" the numbers said."""
+    a function word, as a "word" any one of its words, as a "number" the numbers said, as a "quantity unit"
+    and a "target unit" the units it names (:func:`heard_units`)."""
     phrases = heard_phrases(text)
     names = [p for p in phrases if FUNCTION_WORDS.isdisjoint({p.split()[0], p.split()[-1]})]
-    return {"name": names, "word": [p for p in phrases if " " not in p], "number": heard_numbers(text)}
+    quantity_units, target_units = heard_units(text)
+    return {"name": names, "word": [p for p in phrases if " " not in p], "number": heard_numbers(text),
+            "quantity unit": quantity_units, "target unit": target_units}
 
 
 def whole_phrase(phrases: list[str]) -> str | None:
@@ -175,7 +197,7 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
         for name, kind in tool.heard.items():
             if kind == "expression":  # stays free: a caller may say any arithmetic
                 continue
-            offered = offers["number"] if kind == "number" else names(offers["name"])
+            offered = names(offers["name"]) if kind in ("name", "word") else offers[kind]
             if kind == "word" and not offered:
                 offered = names(offers["word"])
             if offered:
@@ -254,7 +276,7 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
             value = settled.get(name)  # an unheard optional one is gone already
             if not offered or value is None:
                 continue
-            if tool.heard[name] == "number":
+            if tool.heard[name] not in ("name", "word"):  # a number or a unit: the one said, if one was
                 if name in unheard and len(offered) == 1:
                     settled[name] = offered[0]
                 continue

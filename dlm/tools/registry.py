@@ -33,8 +33,9 @@ class ToolError(ValueError):
 
 @dataclass(frozen=True)
 class Tool:
-    """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", or an
-    "expression" whose numbers they say), which a call may only carry as heard (`dlm.tools.grounding`)."""
+    """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", an
+    "expression" whose numbers they say, the "quantity unit" said after a number or the "target unit" asked
+    for), which a call may only carry as heard (`dlm.tools.grounding`)."""
 
     name: str
     description: str
@@ -225,7 +226,7 @@ _TOOL_LIST = [
           "properties": {"value": {"type": "number"}, "from_unit": {"enum": list(UNITS)},
                          "to_unit": {"enum": list(UNITS)}},
           "required": ["value", "from_unit", "to_unit"], "additionalProperties": False}, _convert_units,
-         {"value": "number"}),
+         {"value": "number", "from_unit": "quantity unit", "to_unit": "target unit"}),
     Tool("set_timer", "Start a countdown timer.",
          {"type": "object",
           "properties": {"amount": {"type": "number"}, "unit": {"enum": list(TIMER_UNITS)},

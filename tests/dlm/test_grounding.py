@@ -15,6 +15,7 @@ from dlm.tools.grounding import (
     heard_numbers,
     heard_offers,
     heard_phrases,
+    heard_units,
     nearest_phrase,
     settle_call,
     whole_phrase,
@@ -50,7 +51,7 @@ def test_heard_phrases_are_word_runs_without_possessives() -> None:
 def test_heard_parameters_are_parameters_of_their_tools() -> None:
     for tool in TOOLS.values():
         assert set(tool.heard) <= set(tool.parameters["properties"]), tool.name
-        assert set(tool.heard.values()) <= {"name", "word", "number", "expression"}
+        assert set(tool.heard.values()) <= {"name", "word", "number", "expression", "quantity unit", "target unit"}
     assert {name for name, tool in TOOLS.items() if tool.heard} == {
         "country_capital", "spell_word", "set_timer", "convert_units", "calculator"}
 
@@ -137,6 +138,27 @@ def test_a_name_is_the_whole_one_the_caller_said() -> None:
     label = "remind me in nineteen minutes if you can"  # an invented optional detail is dropped, not replaced
     kept = settle_call(json.dumps(call("set_timer", amount=19, unit="minutes", label="breteen")), label)[0]
     assert json.loads(kept) == call("set_timer", amount=19, unit="minutes")
+
+
+@pytest.mark.parametrize(("heard", "units"), [
+    ("give me 115 degrees fahrenheit in degrees celsius", (["f"], ["c"])),
+    ("how many feet are in 3 meters", (["m"], ["ft"])),  # the quantity's unit is the one after its number
+    ("what's minus fourteen fahrenheit in centigrade", (["f"], ["c"])),
+    ("convert 60 mph to kilometers per hour", (["mph"], ["kmh"])),
+    ("how many kilos is a pound", ([], ["kg", "lb"])),  # no number said: neither is the quantity's
+])
+def test_units_are_heard_as_the_quantity_s_and_the_asked_for(heard: str, units: tuple) -> None:
+    assert heard_units(heard) == units
+
+
+def test_a_conversion_carries_the_units_the_caller_named() -> None:
+    heard = "tell me nine yards in metres please"
+    want = call("convert_units", value=9, from_unit="yd", to_unit="m")
+    for wrong in (call("convert_units", value=9, from_unit="lb", to_unit="kg"),
+                  call("convert_units", value=9, from_unit="m", to_unit="yd")):  # unheard, swapped
+        assert json.loads(settle_call(json.dumps(wrong), heard)[0]) == want
+    unsure = json.dumps(call("convert_units", value=1, from_unit="lb", to_unit="g"))
+    assert settle_call(unsure, "how many kilos is a pound")[0] is None  # which is which: decoded again
 
 
 def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
