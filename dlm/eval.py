@@ -156,7 +156,8 @@ class Assistant:
                                                   self.call_close, self.engine.vocab, knobs, MAX_NEW_TOKENS) for token in step]
             finally:
                 session.release()
-            settled = self.tokenizer.decode(ids, skip_special=False)
+            redo = self.tokenizer.decode(ids, skip_special=False)
+            settled = settle_call(redo, heard)[0] or redo  # its expression gets the caller's numbers too
         try:
             value = json.loads(settled)
         except json.JSONDecodeError:

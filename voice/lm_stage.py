@@ -141,7 +141,8 @@ class LmStage:
 
     async def _grounded(self, body: str) -> str:
         """The call as the caller's last words allow it (`dlm.tools.grounding.settle_call`): kept when it fits,
-        else decoded again on the session under the grounded schema, pass by pass on the model worker."""
+        else decoded again on the session under the grounded schema, pass by pass on the model worker, and
+        settled once more (the schema leaves an expression free: it gets the caller's numbers then)."""
         heard = next((m["content"] for m in reversed(self.history) if m["role"] == "user"), "")
         settled, schema = settle_call(body, heard)
         tags = self._call_tags()
@@ -158,7 +159,8 @@ class LmStage:
                 ids += step
         finally:
             self.engine.worker.submit(steps.close)
-        return self.engine.tokenizer.decode(ids, skip_special=False)
+        redo = self.engine.tokenizer.decode(ids, skip_special=False)
+        return settle_call(redo, heard)[0] or redo
 
     def rollback(self, length: int) -> None:
         """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""

@@ -22,6 +22,7 @@ from dlm.tools.registry import TOOLS, call_schema
 from dlm.tools.units import spoken_units
 
 MAX_PHRASE_WORDS = 3
+_NAMED = ("name", "word", "label")  # the heard kinds whose values are words the caller said
 # Words no name begins or ends with: articles, pronouns, auxiliaries, prepositions, conjunctions, question words,
 # the verbs and adverbs of a request ("tell me", "same for ... right now") and the fillers and courtesies of
 # speech. "tell me malaysia's capital" offers "malaysia" as a country, not "tell" or "me malaysia"; "new
@@ -36,7 +37,7 @@ FUNCTION_WORDS = frozenset([
     "hello", "well", "okay", "ok", "yeah", "yes", "no", "please", "thanks", "thank", "just", "now", "again", "also",
     "too", "very", "really", "ya", "yep", "nope", "alright", "there", "here", "today", "right", "same", "tell",
     "say", "give", "show", "let", "know", "happen", "want", "need", "like", "get", "go", "quick", "question",
-    "excuse", "listen", "sorry", "real"
+    "excuse", "listen", "sorry", "real", "another", "other", "one"
 ])
 # How alike (difflib's ratio) a required name and a heard phrase must be for the phrase to replace it without
 # decoding again: "denkk" -> "denmark" 0.67, "naruseria" -> "bulgaria" 0.47; "unitiagoia" is nearer to
@@ -176,6 +177,17 @@ def whole_phrase(phrases: list[str]) -> str | None:
     return longest
 
 
+def said_before(text: str, noun: str, names: list[str]) -> str | None:
+    """The longest of ``names`` said right before ``noun``: what the caller calls it ("tea" in "a tea timer")."""
+    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
+    for end in (i for i, word in enumerate(words) if word == noun):
+        runs = (" ".join(words[start:end]) for start in range(max(0, end - MAX_PHRASE_WORDS), end))
+        said = next((run for run in runs if run in names), None)
+        if said:
+            return said
+    return None
+
+
 def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     """Each tool's parameter schema with its heard parameters narrowed to what `text` offers. When it offers
     nothing of its kind a required parameter is left as it is, so a call stays possible, and an optional one is
@@ -197,7 +209,7 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
         for name, kind in tool.heard.items():
             if kind == "expression":  # stays free: a caller may say any arithmetic
                 continue
-            offered = names(offers["name"]) if kind in ("name", "word") else offers[kind]
+            offered = names(offers["name"]) if kind in _NAMED else offers[kind]
             if kind == "word" and not offered:
                 offered = names(offers["word"])
             if offered:
@@ -276,7 +288,7 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
             value = settled.get(name)  # an unheard optional one is gone already
             if not offered or value is None:
                 continue
-            if tool.heard[name] not in ("name", "word"):  # a number or a unit: the one said, if one was
+            if tool.heard[name] not in _NAMED:  # a number or a unit: the one said, if one was
                 if name in unheard and len(offered) == 1:
                     settled[name] = offered[0]
                 continue
@@ -285,6 +297,9 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
         for name, kind in tool.heard.items():
             if kind == "expression" and isinstance(arguments.get(name), str):
                 settled[name] = heard_expression(arguments[name], heard_text)
+            elif kind == "label" and name not in settled and offers.get(name):
+                label = said_before(heard_text, tool.noun, offers[name])
+                settled.update({name: label} if label else {})
         if settled != arguments:
             call = {**call, "arguments": settled}
             body = json.dumps(call)

@@ -34,8 +34,9 @@ class ToolError(ValueError):
 @dataclass(frozen=True)
 class Tool:
     """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", an
-    "expression" whose numbers they say, the "quantity unit" said after a number or the "target unit" asked
-    for), which a call may only carry as heard (`dlm.tools.grounding`)."""
+    "expression" whose numbers they say, the "quantity unit" said after a number, the "target unit" asked for,
+    or a "label": a name, the one said before the tool's noun when the call has none, "a tea timer"), which a
+    call may only carry as heard (`dlm.tools.grounding`)."""
 
     name: str
     description: str
@@ -46,12 +47,18 @@ class Tool:
     @cached_property
     def own_words(self) -> frozenset[str]:
         """The words of its name, its description, its parameters' names and their enums, and their inflections:
-        what a caller says to ask for this tool ("spelled", "the capital of", "a timer for three minutes"), so
-        never a value a heard parameter carries."""
+        what a caller says to ask for this tool ("spelled", "the capital of", "a three minute timer"), so never a
+        value a heard parameter carries."""
         enums = [str(v) for spec in self.parameters.get("properties", {}).values() for v in spec.get("enum", ())]
         text = " ".join([self.name.replace("_", " "), self.description, *self.parameters.get("properties", {}), *enums])
         words = set(re.findall(r"[a-z0-9]+", text.lower()))
-        return frozenset(words | {w + ending for w in words if len(w) > 3 for ending in ("s", "es", "ed", "ing")})
+        singulars = {w[:-1] for w in words if len(w) > 3 and w.endswith("s")}
+        return frozenset(words | singulars | {w + end for w in words if len(w) > 3 for end in ("s", "es", "ed", "ing")})
+
+    @property
+    def noun(self) -> str:
+        """What the tool is about, the last word of its name: "timer" for set_timer."""
+        return self.name.rsplit("_", 1)[-1]
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style function description."""
@@ -232,7 +239,7 @@ _TOOL_LIST = [
           "properties": {"amount": {"type": "number"}, "unit": {"enum": list(TIMER_UNITS)},
                          "label": {"type": "string"}},
           "required": ["amount", "unit"], "additionalProperties": False}, _set_timer,
-         {"amount": "number", "label": "name"}),
+         {"amount": "number", "label": "label"}),
     Tool("cancel_timer", "Cancel a timer by id, or the latest one.",
          {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": False},
          _cancel_timer),

@@ -51,7 +51,8 @@ def test_heard_phrases_are_word_runs_without_possessives() -> None:
 def test_heard_parameters_are_parameters_of_their_tools() -> None:
     for tool in TOOLS.values():
         assert set(tool.heard) <= set(tool.parameters["properties"]), tool.name
-        assert set(tool.heard.values()) <= {"name", "word", "number", "expression", "quantity unit", "target unit"}
+        assert set(tool.heard.values()) <= {"name", "word", "label", "number", "expression", "quantity unit",
+                                            "target unit"}
     assert {name for name, tool in TOOLS.items() if tool.heard} == {
         "country_capital", "spell_word", "set_timer", "convert_units", "calculator"}
 
@@ -159,6 +160,19 @@ def test_a_conversion_carries_the_units_the_caller_named() -> None:
         assert json.loads(settle_call(json.dumps(wrong), heard)[0]) == want
     unsure = json.dumps(call("convert_units", value=1, from_unit="lb", to_unit="g"))
     assert settle_call(unsure, "how many kilos is a pound")[0] is None  # which is which: decoded again
+
+
+@pytest.mark.parametrize(("heard", "label"), [
+    ("put on a 5 second oven timer", "oven"),  # "second" asks for the tool: it is no label
+    ("set a coffee break timer for 5 minutes", "coffee break"),
+    ("set a timer for 5 minutes", None),
+    ("set another timer for 5 minutes", None),
+])
+def test_a_timer_left_unlabelled_gets_the_name_said_before_timer(heard: str, label: str | None) -> None:
+    bare = {"amount": 5, "unit": "minutes"}
+    settled = json.loads(settle_call(json.dumps(call("set_timer", **bare)), heard)[0])
+    assert settled == call("set_timer", **bare, **({"label": label} if label else {}))
+    assert TOOLS["set_timer"].noun == "timer"
 
 
 def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:

@@ -57,6 +57,19 @@ def test_a_number_the_caller_did_not_say_is_replaced_by_one_they_did(engine: Eng
     assert call["arguments"]["amount"] in heard_numbers(question) == [16, 17]
 
 
+def test_a_call_decoded_again_is_grounded_too(engine: Engine) -> None:
+    """A call cut short is decoded again under the grounded schema, which leaves an expression free: the
+    redone expression still gets the caller's numbers and operator."""
+    stage = LmStage(engine, LmConfig())
+    stage.history.append({"role": "user", "content": "hmm what's um eight multiplied by 9"})
+    try:
+        redone = asyncio.run(stage._grounded('{"name": "calculator", "arguments": {"expression": "8 9'))
+    finally:
+        stage.close()
+    assert stage.calls_redone == 1
+    assert parse_tool_call(redone) == ("calculator", {"expression": "8 * 9"})
+
+
 def test_a_call_that_fits_what_was_heard_is_kept_and_an_unsaid_detail_dropped(engine: Engine) -> None:
     body = {"name": "spell_word", "arguments": {"word": "rhythm"}}
     assert ground(engine, "how do you spell rhythm", body) == (body, 0)
