@@ -109,8 +109,9 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def copy_phrases(messages: Sequence[dict[str, Any]]) -> list[str]:
-    """What a reply to ``messages`` is expected to repeat: the caller's words when it answers them (a name to
-    look up, words to say back), a tool result's string values when it follows one (a capital, a spelling)."""
+    """What a reply to ``messages`` is expected to repeat: a tool result's string values when it follows one (a
+    capital, a spelling); the caller's words when it answers them (a name to look up, words to say back), and
+    the latest tool result's values too, which a follow-up may ask for again ("spell it again")."""
     if not messages:
         return []
     last = messages[-1]
@@ -118,7 +119,8 @@ def copy_phrases(messages: Sequence[dict[str, Any]]) -> list[str]:
     if not isinstance(content, str) or not content.strip():
         return []
     if last.get("role") == "user":
-        return [content]
+        earlier = next((m for m in reversed(messages) if m.get("role") == "tool"), None)
+        return [content, *(copy_phrases([earlier]) if earlier is not None else [])]
     if last.get("role") == "tool":
         try:
             return [s for s in _strings(json.loads(content)) if s.strip()]

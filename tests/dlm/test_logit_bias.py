@@ -105,6 +105,9 @@ def test_a_reply_copies_what_it_answers() -> None:
     assert copy_phrases([user, tool]) == ["ghana", "accra", "x"]
     assert copy_phrases([{"role": "tool", "content": "plain text"}]) == ["plain text"]
     assert copy_phrases([user, {"role": "assistant", "content": "ok"}]) == []
+    again = {"role": "user", "content": "spell it again"}  # a follow-up may ask for the last result again
+    assert copy_phrases([user, tool, {"role": "assistant", "content": "it's accra"}, again]) == [
+        "spell it again", "ghana", "accra", "x"]
     assert copy_phrases([{"role": "user", "content": " "}]) == copy_phrases([]) == []
     assert reply_copy_bias([user], lambda text: [ord(c) for c in text], follow=0.0) is None
     assert reply_copy_bias([user], lambda text: [ord(c) for c in text]).continuation([ord("z")]) == {ord("i")}
