@@ -41,7 +41,7 @@ from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
 from dlm.kv_cache import KVCache
 from dlm.tools import tool_call_schema
-from dlm.tools.grounding import settle_call
+from dlm.tools.grounding import results_text, settle_call
 from dlm.train.data import Example, generate
 from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
 
@@ -138,15 +138,16 @@ class Assistant:
         finally:
             session.release()
 
-    def grounded_call(self, prompt: list[int], said: list[int], heard: str,
+    def grounded_call(self, prompt: list[int], said: list[int], messages: list[dict[str, Any]],
                       effort: str) -> tuple[dict[str, Any] | None, bool]:
-        """The call the voice stage runs after the model said `said`, and whether it was decoded again: grounded
-        in the caller's words (`dlm.tools.grounding.settle_call`), again under the grounded schema if it does
-        not fit."""
+        """The call the voice stage runs after the model said `said` in reply to `messages`, and whether it was
+        decoded again: grounded in the caller's last words and the tools' earlier results
+        (`dlm.tools.grounding.settle_call`), again under the grounded schema if it does not fit."""
         body = self.call_body(said)
         if body is None:
             return None, False
-        settled, schema = settle_call(self.tokenizer.decode(body, skip_special=False), heard)
+        heard, results = messages[-1]["content"], results_text(messages)
+        settled, schema = settle_call(self.tokenizer.decode(body, skip_special=False), heard, results)
         redone = settled is None
         if settled is None:
             knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size, **self.rule)
@@ -157,7 +158,7 @@ class Assistant:
             finally:
                 session.release()
             redo = self.tokenizer.decode(ids, skip_special=False)
-            settled = settle_call(redo, heard)[0] or redo  # its expression gets the caller's numbers too
+            settled = settle_call(redo, heard, results)[0] or redo  # its expression gets the caller's numbers too
         try:
             value = json.loads(settled)
         except json.JSONDecodeError:
@@ -263,8 +264,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
             ids, run = assistant.api_call(prompt, lead)
             tally.add("tool_call_exact_api", same_call(assistant.parse_call(ids)[1], example.call))
             tally.count("api_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
-            grounded_call, redone = assistant.grounded_call(prompt, lead_ids, example.messages[ask - 1]["content"],
-                                                            lead)
+            grounded_call, redone = assistant.grounded_call(prompt, lead_ids, example.messages[:ask], lead)
             tally.add("grounded_redone", redone)
             grounded_ok = same_call(grounded_call, example.call)
             tally.add("tool_call_exact_grounded", grounded_ok)

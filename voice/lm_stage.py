@@ -26,7 +26,7 @@ from dlm.effort import Knobs
 from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCall, ToolCallSplitter, run_tool_call, spoken_result
-from dlm.tools.grounding import settle_call
+from dlm.tools.grounding import results_text, settle_call
 from voice.config import LmConfig
 
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
@@ -140,11 +140,13 @@ class LmStage:
         return None if self.engine.model.cfg.bidirectional else call_tag_ids(self.engine.tokenizer.special_tokens)
 
     async def _grounded(self, body: str) -> str:
-        """The call as the caller's last words allow it (`dlm.tools.grounding.settle_call`): kept when it fits,
+        """The call as the caller's last words (and, for a follow-up's expression, the tools' earlier results)
+        allow it (`dlm.tools.grounding.settle_call`): kept when it fits,
         else decoded again on the session under the grounded schema, pass by pass on the model worker, and
         settled once more (the schema leaves an expression free: it gets the caller's numbers then)."""
         heard = next((m["content"] for m in reversed(self.history) if m["role"] == "user"), "")
-        settled, schema = settle_call(body, heard)
+        results = results_text(self.history)
+        settled, schema = settle_call(body, heard, results)
         tags = self._call_tags()
         if settled is not None or tags is None:
             return settled or body
@@ -160,7 +162,7 @@ class LmStage:
         finally:
             self.engine.worker.submit(steps.close)
         redo = self.engine.tokenizer.decode(ids, skip_special=False)
-        return settle_call(redo, heard)[0] or redo
+        return settle_call(redo, heard, results)[0] or redo
 
     def rollback(self, length: int) -> None:
         """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""

@@ -234,21 +234,31 @@ def nearest_phrase(value: str, phrases: list[str]) -> str | None:
     return phrase if ratio >= SNAP_RATIO else None
 
 
-def heard_expression(expression: str, heard_text: str) -> str:
+def heard_expression(expression: str, heard_text: str, results_text: str = "") -> str:
     """The expression with the caller's numbers and operator in it.
 
-    When a number in it was not heard and it holds as many numbers as the caller said, each is replaced by the
-    caller's in turn ("129 - 55" for "129 minus fifty-four" -> "129 - 54"). A follow-up's earlier result nobody
-    said ("399 * 9" for "times it by nine") and a number no one says ("32 ** 2" for "32 squared") stay. Then
-    an expression of two numbers whose operator is not the one the caller said (`_SPOKEN_OPERATORS`, when they
-    said exactly one) gets theirs: "51 ** 22" for "fifty-one minus 22" -> "51 - 22", "8 9" -> "8 * 9"."""
+    A number in it that is neither said nor an earlier result (`results_text`: the conversation's tool results,
+    a follow-up's "it") is replaced. When it holds as many numbers as the caller said, it gets theirs in the
+    order said ("129 - 55" for "129 minus fifty-four" -> "129 - 54"); else each such number gets, in turn, one
+    it lacks of those said and then of the earlier results, when there are as many ("1024 + 88" for "and then
+    plus 8" -> "1024 + 8", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12"). A number nobody says
+    ("32 ** 2" for "32 squared") stays. Then an expression of two numbers whose operator is not the one the
+    caller said (`_SPOKEN_OPERATORS`, when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus
+    22" -> "51 - 22", "8 9" -> "8 * 9"."""
     said = list(dict.fromkeys(n for n in heard_numbers(heard_text) if n >= 0))
+    known = list(dict.fromkeys([*said, *(n for n in heard_numbers(results_text) if n >= 0)]))
     literals = list(_LITERAL.finditer(expression))
     values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
-    if not all(v in said for v in values) and len(values) == len(said):
+    if any(v not in known for v in values):
+        if len(values) == len(said):
+            replacements = dict(enumerate(said))
+        else:
+            unknown = [i for i, v in enumerate(values) if v not in known]
+            lacking = [n for n in known if n not in values]
+            replacements = dict(zip(unknown, lacking, strict=True)) if len(unknown) == len(lacking) else {}
         pieces, end = [], 0
-        for literal, number in zip(literals, said, strict=True):
-            pieces += [expression[end:literal.start()], str(number)]
+        for i, literal in enumerate(literals):
+            pieces += [expression[end:literal.start()], str(replacements.get(i, literal.group()))]
             end = literal.end()
         expression = "".join(pieces) + expression[end:]
     operators = {_SPOKEN_OPERATORS[w] for w in _TOKEN.findall(heard_text.lower()) if w in _SPOKEN_OPERATORS}
@@ -258,10 +268,16 @@ def heard_expression(expression: str, heard_text: str) -> str:
     return f"{pair['a']} {operators.pop()} {pair['b']}"
 
 
-def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]:
+def results_text(messages: list[dict[str, Any]]) -> str:
+    """The tool results of a conversation, one per line: where a follow-up's "it" comes from."""
+    return "\n".join(m["content"] for m in messages if m.get("role") == "tool" and isinstance(m.get("content"), str))
+
+
+def settle_call(body: str, heard_text: str, results_text: str = "") -> tuple[str | None, dict[str, Any]]:
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
-    An expression gets the caller's numbers and operator (:func:`heard_expression`). A required name the caller
+    An expression gets the caller's numbers and operator (:func:`heard_expression`, which takes a follow-up's
+    numbers from ``results_text``, the conversation's tool results). A required name the caller
     did not say becomes the one they said, when everything they said that could be one is part of it ("phe" for
     "a capital of new zealand" -> "new zealand", :func:`whole_phrase`), or else the heard phrase it is a
     misspelling of (:func:`nearest_phrase`); a required number they did not say becomes the one number they
@@ -296,7 +312,7 @@ def settle_call(body: str, heard_text: str) -> tuple[str | None, dict[str, Any]]
                 settled[name] = whole_phrase(offered) or nearest_phrase(value, offered) or value
         for name, kind in tool.heard.items():
             if kind == "expression" and isinstance(arguments.get(name), str):
-                settled[name] = heard_expression(arguments[name], heard_text)
+                settled[name] = heard_expression(arguments[name], heard_text, results_text)
             elif kind == "label" and name not in settled and offers.get(name):
                 label = said_before(heard_text, tool.noun, offers[name])
                 settled.update({name: label} if label else {})

@@ -17,6 +17,7 @@ from dlm.tools.grounding import (
     heard_phrases,
     heard_units,
     nearest_phrase,
+    results_text,
     settle_call,
     whole_phrase,
 )
@@ -173,6 +174,18 @@ def test_a_timer_left_unlabelled_gets_the_name_said_before_timer(heard: str, lab
     settled = json.loads(settle_call(json.dumps(call("set_timer", **bare)), heard)[0])
     assert settled == call("set_timer", **bare, **({"label": label} if label else {}))
     assert TOOLS["set_timer"].noun == "timer"
+
+
+def test_a_follow_up_s_expression_takes_its_numbers_from_the_caller_and_earlier_results() -> None:
+    earlier = [{"role": "user", "content": "what's 32 squared"},
+               {"role": "tool", "content": json.dumps({"result": 1024, "spoken": "one thousand twenty-four"})}]
+    results = results_text(earlier)
+    assert heard_expression("1024+ 88", "and then plus 8", results) == "1024+ 8"
+    assert heard_expression("102 * 12", "times it by 12", results) == "1024 * 12"
+    assert heard_expression("1024 * 12", "times it by 12", results) == "1024 * 12"  # all known: kept
+    assert heard_expression("102 * 12", "times it by 12") == "102 * 12"  # no earlier result to take
+    settled = settle_call(json.dumps(call("calculator", expression="102 * 12")), "times it by 12", results)[0]
+    assert json.loads(settled) == call("calculator", expression="1024 * 12")
 
 
 def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
