@@ -188,6 +188,11 @@ def said_before(text: str, noun: str, names: list[str]) -> str | None:
     return None
 
 
+def _without(phrases: list[str], not_names: frozenset[str]) -> list[str]:
+    """The phrases with none of ``not_names`` in them, and no digits."""
+    return [p for p in phrases if not_names.isdisjoint(re.split(r"[\s-]+", p)) and not any(c.isdigit() for c in p)]
+
+
 def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     """Each tool's parameter schema with its heard parameters narrowed to what `text` offers. When it offers
     nothing of its kind a required parameter is left as it is, so a call stays possible, and an optional one is
@@ -202,16 +207,12 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
         required = tool.parameters.get("required", ())
         # a tool that takes a heard number takes the words of one as that number, not as a name ("fifty")
         not_names = tool.own_words | (_NUMBER_WORDS if "number" in tool.heard.values() else frozenset())
-
-        def names(phrases: list[str], not_names: frozenset[str] = not_names) -> list[str]:
-            return [p for p in phrases if not_names.isdisjoint(re.split(r"[\s-]+", p)) and not any(c.isdigit() for c in p)]
-
         for name, kind in tool.heard.items():
             if kind == "expression":  # stays free: a caller may say any arithmetic
                 continue
-            offered = names(offers["name"]) if kind in _NAMED else offers[kind]
+            offered = _without(offers["name"], not_names) if kind in _NAMED else offers[kind]
             if kind == "word" and not offered:
-                offered = names(offers["word"])
+                offered = _without(offers["word"], not_names)
             if offered:
                 properties[name] = {"enum": offered}
             elif name not in required:
@@ -234,11 +235,11 @@ def nearest_phrase(value: str, phrases: list[str]) -> str | None:
     return phrase if ratio >= SNAP_RATIO else None
 
 
-def heard_expression(expression: str, heard_text: str, results_text: str = "") -> str:
+def heard_expression(expression: str, heard_text: str, results: str = "") -> str:
     """The expression with the caller's numbers and operator in it.
 
-    A number in it that is neither said nor an earlier result (`results_text`: the conversation's tool results,
-    a follow-up's "it") is replaced. When it holds as many numbers as the caller said, it gets theirs in the
+    A number in it that is neither said nor an earlier result (`results`: the conversation's tool results, a
+    follow-up's "it") is replaced. When it holds as many numbers as the caller said, it gets theirs in the
     order said ("129 - 55" for "129 minus fifty-four" -> "129 - 54"); else each such number gets, in turn, one
     it lacks of those said and then of the earlier results, when there are as many ("1024 + 88" for "and then
     plus 8" -> "1024 + 8", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12"). A number nobody says
@@ -246,7 +247,7 @@ def heard_expression(expression: str, heard_text: str, results_text: str = "") -
     caller said (`_SPOKEN_OPERATORS`, when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus
     22" -> "51 - 22", "8 9" -> "8 * 9"."""
     said = list(dict.fromkeys(n for n in heard_numbers(heard_text) if n >= 0))
-    known = list(dict.fromkeys([*said, *(n for n in heard_numbers(results_text) if n >= 0)]))
+    known = list(dict.fromkeys([*said, *(n for n in heard_numbers(results) if n >= 0)]))
     literals = list(_LITERAL.finditer(expression))
     values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
     if any(v not in known for v in values):
@@ -273,18 +274,20 @@ def results_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(m["content"] for m in messages if m.get("role") == "tool" and isinstance(m.get("content"), str))
 
 
-def settle_call(body: str, heard_text: str, results_text: str = "") -> tuple[str | None, dict[str, Any]]:
+def settle_call(body: str, heard_text: str, results: str = "") -> tuple[str | None, dict[str, Any]]:
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
-    An expression gets the caller's numbers and operator (:func:`heard_expression`, which takes a follow-up's
-    numbers from ``results_text``, the conversation's tool results). A required name the caller
-    did not say becomes the one they said, when everything they said that could be one is part of it ("phe" for
-    "a capital of new zealand" -> "new zealand", :func:`whole_phrase`), or else the heard phrase it is a
-    misspelling of (:func:`nearest_phrase`); a required number they did not say becomes the one number they
-    said, if they said one. That is what decoding again would have to find, without its cost or its risk of
-    picking a neighbouring word (or adding a detail). An optional detail the caller did not say is dropped rather
-    than decoded again: a timer labelled "tea" when no tea was mentioned is an unlabelled timer, and decoding
-    again could only pick some other word."""
+    - An expression gets the caller's numbers and operator (:func:`heard_expression`; a follow-up's numbers
+      come from ``results``, the conversation's tool results, :func:`results_text`).
+    - A required name the caller did not say becomes the one they said, when everything they said that could
+      be one is part of it ("phe" for "a capital of new zealand" -> "new zealand", :func:`whole_phrase`), or
+      else the heard phrase it is a misspelling of (:func:`nearest_phrase`).
+    - A required number or unit they did not say becomes the one they said, if they said one.
+    That is what decoding again would have to find, without its cost or its risk of picking a neighbouring word.
+    - An optional detail the caller did not say is dropped rather than decoded again: a timer labelled "tea"
+      when no tea was mentioned is an unlabelled timer, and decoding again could only pick some other word.
+    - A "label" the call leaves out is the name said right before the tool's noun ("a tea timer",
+      :func:`said_before`)."""
     narrowed = grounded_parameters(heard_text)
     schema = call_schema(narrowed)
     try:
@@ -312,10 +315,11 @@ def settle_call(body: str, heard_text: str, results_text: str = "") -> tuple[str
                 settled[name] = whole_phrase(offered) or nearest_phrase(value, offered) or value
         for name, kind in tool.heard.items():
             if kind == "expression" and isinstance(arguments.get(name), str):
-                settled[name] = heard_expression(arguments[name], heard_text, results_text)
+                settled[name] = heard_expression(arguments[name], heard_text, results)
             elif kind == "label" and name not in settled and offers.get(name):
                 label = said_before(heard_text, tool.noun, offers[name])
-                settled.update({name: label} if label else {})
+                if label:
+                    settled[name] = label
         if settled != arguments:
             call = {**call, "arguments": settled}
             body = json.dumps(call)
