@@ -33,12 +33,25 @@ def evaluate(expression: str) -> int | float:
         raise ValueError("expression must be a non-empty string")
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    return _check(_eval(_parse(expression).body))
+
+
+def readable(expression: str) -> bool:
+    """Whether `expression` parses at all; whether it evaluates ("10 / 0") is the tool's to say."""
+    try:
+        _parse(expression)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse(expression: str) -> ast.Expression:
+    """The syntax tree ('^' is power, '×' and '÷' the signs); a ValueError when there is none."""
     text = expression.replace("^", "**").replace("×", "*").replace("÷", "/")
     try:
-        tree = ast.parse(text, mode="eval")
+        return ast.parse(text, mode="eval")
     except SyntaxError as err:
         raise ValueError(f"cannot parse expression {expression!r}") from err
-    return _check(_eval(tree.body))
 
 
 def _check(value: int | float) -> int | float:

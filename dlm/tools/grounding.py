@@ -18,6 +18,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from dlm.constrained.schema import CompiledSchema, check
+from dlm.tools.calculator import readable
 from dlm.tools.registry import TOOLS, call_schema
 from dlm.tools.units import spoken_units
 
@@ -278,7 +279,8 @@ def settle_call(body: str, heard_text: str, results: str = "") -> tuple[str | No
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
     - An expression gets the caller's numbers and operator (:func:`heard_expression`; a follow-up's numbers
-      come from ``results``, the conversation's tool results, :func:`results_text`).
+      come from ``results``, the conversation's tool results, :func:`results_text`). One that does not even
+      parse ("sqrt(13rteen)") is decoded again.
     - A required name the caller did not say becomes the one they said, when everything they said that could
       be one is part of it ("phe" for "a capital of new zealand" -> "new zealand", :func:`whole_phrase`), or
       else the heard phrase it is a misspelling of (:func:`nearest_phrase`).
@@ -316,6 +318,8 @@ def settle_call(body: str, heard_text: str, results: str = "") -> tuple[str | No
         for name, kind in tool.heard.items():
             if kind == "expression" and isinstance(arguments.get(name), str):
                 settled[name] = heard_expression(arguments[name], heard_text, results)
+                if not readable(settled[name]):  # "sqrt(13rteen)": no arithmetic at all
+                    return None, schema
             elif kind == "label" and name not in settled and offers.get(name):
                 label = said_before(heard_text, tool.noun, offers[name])
                 if label:

@@ -188,6 +188,13 @@ def test_a_follow_up_s_expression_takes_its_numbers_from_the_caller_and_earlier_
     assert json.loads(settled) == call("calculator", expression="1024 * 12")
 
 
+def test_an_expression_that_does_not_parse_is_decoded_again() -> None:
+    heard = "tell me the square root of thirteen"
+    assert settle_call(json.dumps(call("calculator", expression="sqrt(1rteen)")), heard)[0] is None
+    kept = json.dumps(call("calculator", expression="10 / 0"))  # parses: the calculator says why not
+    assert settle_call(kept, "ten divided by zero")[0] == kept
+
+
 def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
     assert nearest_phrase("denkk", heard_phrases("tell me denmark's capital")) == "denmark"
     assert nearest_phrase("naruseria", heard_phrases("do you know a capital of bulgaria")) == "bulgaria"

@@ -17,7 +17,7 @@ from dlm.tools import (
     run_tool,
     tool_specs,
 )
-from dlm.tools.calculator import evaluate
+from dlm.tools.calculator import evaluate, readable
 
 
 @pytest.mark.parametrize(("expression", "value"), [
@@ -48,6 +48,11 @@ def test_calculator_values(expression: str, value: float) -> None:
 def test_calculator_rejects(expression: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         evaluate(expression)
+
+
+def test_an_expression_is_readable_if_it_parses_whatever_it_evaluates_to() -> None:
+    assert readable("sqrt(13)") and readable("2 ^ 10") and readable("10 / 0")  # the tool explains a zero
+    assert not readable("sqrt(13rteen)") and not readable("8 *")
 
 
 def test_number_words() -> None:
