@@ -18,6 +18,7 @@ from dlm.api.chat_request import ToolSpec
 from dlm.api.stop_strings import partial_prefix_length
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 
 
 def call_tag_ids(special_tokens: dict[str, int]) -> tuple[int, int] | None:
@@ -25,7 +26,6 @@ def call_tag_ids(special_tokens: dict[str, int]) -> tuple[int, int] | None:
     a schema), else None."""
     open_id, close_id = special_tokens.get(OPEN), special_tokens.get(CLOSE)
     return (open_id, close_id) if open_id is not None and close_id is not None else None
-_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 
 
 @dataclass

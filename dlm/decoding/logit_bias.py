@@ -60,7 +60,9 @@ class LogitBias:
         starts: set[int] = set()
         for phrase in phrases:
             for ids in (encode(" " + phrase), encode(phrase)):
-                starts.update(next(([t] for t in ids if t not in spaces), []))
+                first = next((t for t in ids if t not in spaces), None)  # the phrase's first piece
+                if first is not None:
+                    starts.add(first)
                 for i in range(1, len(ids)):
                     for n in range(1, min(CONTEXT, i) + 1):
                         if not spaces.issuperset(ids[i - n:i]):

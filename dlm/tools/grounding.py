@@ -1,13 +1,15 @@
 """Tool arguments grounded in what the caller said: a call may only carry a name or number that was heard.
 
 The demo model copies a heard value into a call imperfectly: "slovakia" comes out as "fovakia", "sixteen
-minutes" as 19 (`python -m dlm.eval --failures F` lists them). Parameters that name something the caller
-says (a country, a word to spell, a timer's label, an amount) are marked `heard` in the registry; for one
-turn, `grounded_call_schema` narrows each of them to an enum of what the caller's words offer: their word
-runs, and the numbers they say in digits or in words. The schema then goes through the same constrained
-decoding as any other (`dlm.api.span_generation`): a draft that fits is kept, one that does not is decoded
-again with only heard values allowed. Expressions (the calculator's) stay free: a caller may say any
-arithmetic, and no enum of heard numbers covers it.
+minutes" as 19 (`python -m dlm.eval --failures F` lists them). Parameters that carry something the caller
+says (a country, a word to spell, a timer's label and amount, a conversion's value and units) are marked
+`heard` in the registry, each with its kind; for one turn, `grounded_call_schema` narrows each of them to an
+enum of what the caller's words offer (`heard_offers`): names, words, the numbers they say in digits or in
+words, the units they name. `settle_call` keeps a draft that fits, mends one that can be mended without the
+model (the one name or number said, a misspelling's nearest phrase, the label said before "timer"), and
+otherwise sends it back to be decoded again under that schema, the same constrained decoding as any other
+(`dlm.api.span_generation`). Expressions (the calculator's) stay free: a caller may say any arithmetic, and
+no enum of heard numbers covers it; they get the caller's numbers and operator instead (`heard_expression`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ _SCALES = {"thousand": 1000, "million": 10**6, "billion": 10**9}
 _SIGNS = {"minus", "negative"}
 _NUMBER_WORDS = frozenset([*_UNITS, *_TEENS, *_TENS, *_SCALES, "hundred", "point", *_SIGNS])
 _TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")  # a word of a transcript, as names are made of them
 _LITERAL = re.compile(r"\d+(?:\.\d+)?")  # a number in an expression (its sign is an operator)
 _PAIR = re.compile(r"\s*(?P<a>\d+(?:\.\d+)?)\s*(?P<op>\*\*|[-+*/%])?\s*(?P<b>\d+(?:\.\d+)?)\s*")
 # the words that say one operator and nothing else ("and" and "by" say several); "times itself" says two, so
@@ -136,7 +139,7 @@ def heard_numbers(text: str) -> list[int | float]:
 def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
     """Every run of up to `max_words` consecutive words of a transcript: the names a call may carry (a
     possessive's 's left off: "denmark's capital" offers "denmark")."""
-    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", re.sub(r"'s\b", "", text.lower()))
+    words = _WORD.findall(re.sub(r"'s\b", "", text.lower()))
     return list(dict.fromkeys(" ".join(words[i:i + n]) for n in range(1, max_words + 1)
                               for i in range(len(words) - n + 1)))
 
@@ -180,7 +183,7 @@ def whole_phrase(phrases: list[str]) -> str | None:
 
 def said_before(text: str, noun: str, names: list[str]) -> str | None:
     """The longest of ``names`` said right before ``noun``: what the caller calls it ("tea" in "a tea timer")."""
-    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
+    words = _WORD.findall(text.lower())
     for end in (i for i, word in enumerate(words) if word == noun):
         runs = (" ".join(words[start:end]) for start in range(max(0, end - MAX_PHRASE_WORDS), end))
         said = next((run for run in runs if run in names), None)
