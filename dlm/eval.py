@@ -35,7 +35,7 @@ from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
-from dlm.decoding.logit_bias import COPY_FOLLOW, reply_copy_bias
+from dlm.decoding.logit_bias import COPY_FOLLOW, LogitBias, reply_copy_bias
 from dlm.decoding.schedule import align_up
 from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
@@ -107,33 +107,39 @@ class Assistant:
         forward.extend(prompt[: len(prompt) // block_size * block_size], block_size)
         return forward
 
+    def copy_bias(self, messages: list[dict[str, Any]]) -> LogitBias | None:
+        """The copy bias of the reply to ``messages``, toward what they end with, as the product decodes it."""
+        return reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow)
+
     def generate(self, prompt: list[int], effort: str, messages: list[dict[str, Any]]) -> Generation:
-        """The reply to ``prompt``, the rendering of ``messages``, copy-biased toward what they end with."""
-        bias = reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow)
+        """The reply to ``prompt``, the rendering of ``messages``, copy-biased."""
         result = self.engine.generate(prompt, effort=effort, max_new_tokens=MAX_NEW_TOKENS,
-                                      block_size=self.block_size, bias=bias, **self.rule)
+                                      block_size=self.block_size, bias=self.copy_bias(messages), **self.rule)
         return Generation(result.token_ids, result.forward_passes)
 
     @torch.no_grad()
-    def constrained_call(self, prompt: list[int]) -> Generation:
-        """Force a tool call and decode its JSON under the schema of all tool calls, each pass's run of
-        commits sized by the default effort's rule (as the API's constrained spans are)."""
+    def constrained_call(self, prompt: list[int], messages: list[dict[str, Any]]) -> Generation:
+        """Force a tool call and decode its JSON under the schema of all tool calls, copy-biased, each pass's run
+        of commits sized by the default effort's rule (as the API's constrained spans are)."""
         cfg = self.model.cfg
         policy = resolve(cfg, Knobs(effort=DEFAULT_EFFORT, **self.rule), self.engine.stop_ids)
         constraint = JsonSchemaConstraint(self.call_schema, self.engine.vocab, [self.call_close])
         tokens = [*prompt, self.call_open]
         forward = CountingForward(self._prefilled(tokens, cfg.block_size))
         ids = [token for committed in constrained_decode(cfg, forward, tokens, constraint, MAX_NEW_TOKENS, GREEDY,
-                                                         policy.bar) for token in committed]
+                                                         policy.bar, bias=self.copy_bias(messages))
+               for token in committed]
         return Generation([self.call_open, *ids, self.call_close], forward.passes)
 
-    def api_call(self, prompt: list[int], effort: str) -> tuple[list[int], SpanRun]:
-        """Decode as the OpenAI API does with tools (tool_choice auto): free text, calls under their schema."""
+    def api_call(self, prompt: list[int], effort: str, messages: list[dict[str, Any]]) -> tuple[list[int], SpanRun]:
+        """Decode as the OpenAI API does with tools (tool_choice auto): free text copy-biased as the API biases
+        it, calls under their schema."""
         plan = SpanPlan(open_id=self.call_open, span_schema=self.call_schema, close_id=self.call_close)
         knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size, **self.rule)
         session, run = self.engine.new_session(), SpanRun()
         try:
-            steps = span_decode(self.engine, session, prompt, MAX_NEW_TOKENS, plan, self.engine.vocab, knobs, None, run)
+            steps = span_decode(self.engine, session, prompt, MAX_NEW_TOKENS, plan, self.engine.vocab, knobs, None, run,
+                                self.copy_bias(messages))
             return [token for ids in steps for token in ids], run
         finally:
             session.release()
@@ -255,13 +261,13 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
             lead_correct, lead_ids = correct, first.ids
             lead_reply = assistant.text(reply.ids) if example.call else ""
         if example.call:
-            forced = assistant.constrained_call(prompt)
+            forced = assistant.constrained_call(prompt, example.messages[:ask])
             constrained_tokens += len(forced.ids) - 1  # the forced <tool_call> was not decoded
             constrained_passes += forced.passes
             _, parsed = assistant.parse_call(forced.ids)
             tally.add("valid_json_constrained", parsed is not None and not check(parsed, compiled))
             tally.add("tool_call_exact_constrained", same_call(parsed, example.call))
-            ids, run = assistant.api_call(prompt, lead)
+            ids, run = assistant.api_call(prompt, lead, example.messages[:ask])
             tally.add("tool_call_exact_api", same_call(assistant.parse_call(ids)[1], example.call))
             tally.count("api_draft_kept", run.drafts_kept, run.drafts_kept + run.drafts_redone)
             grounded_call, redone = assistant.grounded_call(prompt, lead_ids, example.messages[:ask], lead)

@@ -91,7 +91,8 @@ def _mount_openai_api(app: web.Application, resources: Resources) -> None:
     from dlm.api.server import add_openai_routes
     from voice.audio_api import AudioModels, add_audio_routes
 
-    add_openai_routes(app, resources.engine, resources.config.lm.checkpoint_path().name)
+    add_openai_routes(app, resources.engine, resources.config.lm.checkpoint_path().name,
+                      copy_bias=resources.config.lm.copy_bias)
     add_audio_routes(app, AudioModels(asr=resources.asr, tts=resources.tts))
 
 

@@ -20,6 +20,7 @@ from dlm.config import ModelConfig
 from dlm.constrained import JsonSchemaConstraint
 from dlm.decoding.block_causal import BlockForward
 from dlm.decoding.confidence import Sampling, pick_tokens
+from dlm.decoding.logit_bias import LogitBias
 from dlm.decoding.schedule import window_end
 
 
@@ -43,10 +44,13 @@ def constrained_decode(
     bar: Callable[[int], float],
     last_logits: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    bias: LogitBias | None = None,
 ) -> Iterator[list[int]]:
     """Yield the ids each step commits (stop ids left out) until a stop id or `max_tokens`.
 
     `tokens` is the prompt, its full blocks already committed in `forward` (the engine session's prefill).
+    `bias` (a copy bias, :mod:`dlm.decoding.logit_bias`) is added to each pass's logits before the schema
+    filters them, as the free decoder adds it.
     """
     check_supported(cfg)
     mask_id, shift = cfg.mask_token_id, cfg.token_shift
@@ -64,6 +68,9 @@ def constrained_decode(
                 rows = torch.arange(first, len(window), device=forward.device)
                 ids = torch.tensor(window, dtype=torch.long, device=forward.device)
                 logits = forward.denoise(ids, rows - 1 if shift else rows)
+            if bias:
+                line = tokens[:start] + window[:first] + [None] * (len(window) - first)
+                logits = bias.apply(logits, line, range(start + first, start + len(window)))
             committed: list[int] = []
             for row in range(logits.shape[0]):
                 token, confidence = _pick(logits[row], constraint, sampling, generator, max_tokens - generated)

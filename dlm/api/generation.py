@@ -16,6 +16,7 @@ from typing import Any
 
 from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
 from dlm.api.tool_calls import CLOSE, OPEN
+from dlm.decoding.logit_bias import LogitBias
 from dlm.effort import Knobs
 from dlm.tokenizer import IncrementalDecoder, Tokenizer
 
@@ -29,6 +30,7 @@ class GenerationSpec:
     seed: int | None = None
     effort: str | None = None  # low / medium / high
     plan: SpanPlan | None = None  # constrained spans; None = plain engine stream
+    bias: LogitBias | None = None  # the copy bias toward the caller's words or the tool's result
 
 
 @dataclass
@@ -43,7 +45,7 @@ async def engine_stream(engine: Any, spec: GenerationSpec, outcome: Outcome, ses
                         decode_opts: dict[str, Any]) -> AsyncIterator[str]:
     """Free text from the engine, one piece per committed block (or finer)."""
     opts = {"max_new_tokens": spec.max_tokens, "temperature": spec.temperature, "top_p": spec.top_p,
-            "seed": spec.seed, "effort": spec.effort, **decode_opts}
+            "seed": spec.seed, "effort": spec.effort, "bias": spec.bias, **decode_opts}
     session = engine.new_session()
     sessions.add(session)
     stream = engine.stream(spec.prompt_ids, session=session, **opts)
@@ -68,7 +70,8 @@ async def span_stream(engine: Any, vocab: list[str], spec: GenerationSpec, outco
     run = SpanRun()
     knobs = Knobs(effort=spec.effort, temperature=spec.temperature or 0.0, top_p=spec.top_p or 1.0,
                   max_new_tokens=spec.max_tokens)
-    steps = span_decode(engine, session, spec.prompt_ids, spec.max_tokens, spec.plan, vocab, knobs, spec.seed, run)
+    steps = span_decode(engine, session, spec.prompt_ids, spec.max_tokens, spec.plan, vocab, knobs, spec.seed, run,
+                        spec.bias)
     text = TaggedText(engine.tokenizer, {spec.plan.open_id: OPEN, spec.plan.close_id: CLOSE})
     loop = asyncio.get_running_loop()
     try:

@@ -16,18 +16,21 @@ from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
 from dlm.api.state import STATE, ApiState
 from dlm.cli import DEMO_CHECKPOINT
+from dlm.decoding.logit_bias import COPY_FOLLOW
 
 _CREATED = int(time.time())
 
 
 def add_openai_routes(app: web.Application, engine: Any, model_name: str, limits: ApiLimits | None = None,
-                      api_key: str | None = None, decode_opts: dict[str, Any] | None = None) -> ApiState:
+                      api_key: str | None = None, decode_opts: dict[str, Any] | None = None,
+                      copy_bias: float = COPY_FOLLOW) -> ApiState:
     """Mount /v1/models and /v1/chat/completions on `app` (before it starts); returns the shared state.
 
     `decode_opts` are raw engine knobs applied to every free-text generation (the benchmark's
-    autoregressive baseline serves the same engine with 1-token blocks this way).
+    autoregressive baseline serves the same engine with 1-token blocks this way). `copy_bias` is the logit a
+    reply's copied phrase gets (`dlm.decoding.logit_bias`; 0 turns it off).
     """
-    state = ApiState(engine, model_name, limits or ApiLimits(), dict(decode_opts or {}))
+    state = ApiState(engine, model_name, limits or ApiLimits(), dict(decode_opts or {}), copy_bias)
     app[STATE] = state
     if error_middleware not in app.middlewares:
         app.middlewares.append(error_middleware)
@@ -40,9 +43,9 @@ def add_openai_routes(app: web.Application, engine: Any, model_name: str, limits
 
 
 def create_app(engine: Any, model_name: str, limits: ApiLimits | None = None,
-               api_key: str | None = None) -> web.Application:
+               api_key: str | None = None, copy_bias: float = COPY_FOLLOW) -> web.Application:
     app = web.Application()
-    add_openai_routes(app, engine, model_name, limits, api_key)
+    add_openai_routes(app, engine, model_name, limits, api_key, copy_bias=copy_bias)
     return app
 
 
@@ -74,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="bearer token clients must send (required off loopback; default $DLM_API_KEY)")
     p.add_argument("--max-concurrent", type=int, default=ApiLimits.max_concurrent)
     p.add_argument("--max-prompt-tokens", type=int, default=ApiLimits.max_prompt_tokens)
+    p.add_argument("--copy-bias", type=float, default=COPY_FOLLOW,
+                   help="logit added to the next token of a phrase a reply is copying from the caller's last "
+                        "message or a tool's result (default %(default)s; 0 turns it off)")
     return p
 
 
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {exc}") from None
     name = args.model_name or os.path.basename(os.path.normpath(args.model))
     limits = ApiLimits(max_concurrent=args.max_concurrent, max_prompt_tokens=args.max_prompt_tokens)
-    app = create_app(engine, name, limits, args.api_key)
+    app = create_app(engine, name, limits, args.api_key, args.copy_bias)
     print(f"serving {name!r} on http://{args.host}:{args.port}/v1", flush=True)
     # handler_cancellation: a client that disconnects cancels its handler, which frees its engine session
     web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)

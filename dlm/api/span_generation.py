@@ -26,6 +26,7 @@ from dlm.api.constrained_generation import constrained_decode
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding import block_causal as bc
 from dlm.decoding.confidence import Sampling
+from dlm.decoding.logit_bias import LogitBias
 from dlm.effort import Knobs, resolve
 
 
@@ -50,8 +51,9 @@ class SpanRun:
 
 
 def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, plan: SpanPlan, vocab: list[str],
-                knobs: Knobs, seed: int | None, run: SpanRun) -> Iterator[list[int]]:
-    """Yield newly final ids (span tags included, stop ids not); every `next` is one pass, on the worker."""
+                knobs: Knobs, seed: int | None, run: SpanRun, bias: LogitBias | None = None) -> Iterator[list[int]]:
+    """Yield newly final ids (span tags included, stop ids not); every `next` is one pass, on the worker.
+    `bias` steers free text and spans alike toward the phrases a reply copies (:mod:`dlm.decoding.logit_bias`)."""
     cfg = engine.model.cfg
     policy = dataclasses.replace(resolve(cfg, knobs, engine.stop_ids), first_blocks=())
     # inside spans the same effort's rule sets how confident a token must be to commit beside the leftmost one
@@ -70,7 +72,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
             if schema is not None:  # a constrained span
                 constraint = JsonSchemaConstraint(schema, vocab, end_ids)
                 for ids in constrained_decode(cfg, state, tokens, constraint, budget, sampling, policy.bar,
-                                              state.last_logits, generator):
+                                              state.last_logits, generator, bias):
                     generated += ids
                     yield ids
                 if not constraint.stopped:
@@ -85,7 +87,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
             draft: list[int] | None = None  # what the free decoder wrote after an opening token
             finished = False
             steps = bc.decode(cfg, state, tokens, dataclasses.replace(policy, max_new_tokens=budget),
-                              state.last_logits, generator)
+                              state.last_logits, generator, bias)
             for commit in steps:
                 ids, finished = commit.token_ids, commit.finished
                 if draft is None and plan.open_id is not None and plan.open_id in ids:

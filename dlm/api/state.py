@@ -10,6 +10,7 @@ from aiohttp import web
 
 from dlm.api.generation import GenerationSpec, Outcome, engine_stream, span_stream
 from dlm.api.limits import ApiLimits, ConcurrencyGate
+from dlm.decoding.logit_bias import COPY_FOLLOW
 
 
 @dataclass
@@ -18,6 +19,7 @@ class ApiState:
     model_name: str
     limits: ApiLimits = field(default_factory=ApiLimits)
     decode_opts: dict[str, Any] = field(default_factory=dict)  # raw engine knobs for free text
+    copy_bias: float = COPY_FOLLOW  # a reply's pull toward the caller's words or the tool's result; 0: off
 
     def __post_init__(self) -> None:
         self.gate = ConcurrencyGate(self.limits.max_concurrent)

@@ -18,7 +18,8 @@ def _free_port() -> int:
 
 def test_serve_subcommand_serves_models_endpoint():
     port = _free_port()
-    cmd = [sys.executable, "-m", "dlm", "serve", "--model", str(FIXTURES / "sdar" / "checkpoint"), "--port", str(port)]
+    cmd = [sys.executable, "-m", "dlm", "serve", "--model", str(FIXTURES / "sdar" / "checkpoint"), "--port", str(port),
+           "--copy-bias", "0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
