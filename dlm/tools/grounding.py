@@ -173,6 +173,12 @@ def heard_offers(text: str) -> dict[str, list[Any]]:
             "quantity unit": quantity_units, "target unit": target_units}
 
 
+def name_words(text: str) -> list[str]:
+    """The words of a transcript a name it carries may begin with: neither function words nor numbers."""
+    return [w for w in _WORD.findall(text.lower())
+            if w not in FUNCTION_WORDS and w not in _NUMBER_WORDS and not any(c.isdigit() for c in w)]
+
+
 def whole_phrase(phrases: list[str]) -> str | None:
     """The one phrase every other one is part of ("new zealand" of "new", "zealand"), if there is one."""
     longest = max(phrases, key=lambda p: len(p.split()), default=None)

@@ -22,7 +22,10 @@ pytestmark = pytest.mark.skipif(not (DEMO_CHECKPOINT / "config.json").exists(),
 
 ASKS = [("what city is the capital of gikifoland", "country_capital", {"country": "gikifoland"}),
         ("um so do you happen to know the capital of sovin", "country_capital", {"country": "sovin"}),
-        ("could you spell garden", "spell_word", {"word": "garden"})]
+        ("could you spell garden", "spell_word", {"word": "garden"}),
+        # followed from its first piece on, which the call's string starts with ("dsvenia" without)
+        ("tell me slovenia's capital", "country_capital", {"country": "slovenia"}),
+        ("do you happen to know the capital of slovakia real quick", "country_capital", {"country": "slovakia"})]
 
 
 @pytest.fixture(scope="module")

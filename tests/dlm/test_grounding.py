@@ -16,6 +16,7 @@ from dlm.tools.grounding import (
     heard_offers,
     heard_phrases,
     heard_units,
+    name_words,
     nearest_phrase,
     results_text,
     settle_call,
@@ -123,6 +124,11 @@ def test_names_neither_begin_nor_end_with_a_function_word() -> None:
     assert check(call("country_capital", country="which"), compiled)
     assert check(call("set_timer", amount=5, unit="minutes", label="can"), CompiledSchema(grounded_call_schema(
         "remind me in 5 minutes if you can")))
+
+
+def test_name_words_are_the_words_a_name_may_begin_with() -> None:
+    assert name_words("um tell me New Zealand's capital in twenty-two words or 20") == [
+        "new", "zealand's", "capital", "words"]
 
 
 def test_a_name_is_the_whole_one_the_caller_said() -> None:

@@ -79,9 +79,20 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     assert boosted(bias, vocab, [have]) == set()  # glued to a word, a start would spell "haveac"
     tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra"})}
     after_result = reply_copy_bias([tool], engine.tokenizer.encode)
-    after_words = reply_copy_bias([{"role": "user", "content": "say back accra"}], engine.tokenizer.encode)
     assert after_result is not None and after_result.start > 0 and after_result.starts == {ac, gh}
-    assert after_words is not None and after_words.start == 0
+
+
+def test_a_call_s_string_starts_with_a_name_the_caller_said(engine: Engine) -> None:
+    """After the caller's words a string (a tool call's argument) starts with a word they said that could begin
+    a name; a spoken word does not (a reply repeats the caller only when asked to), nor does a number."""
+    vocab = engine.model.cfg.vocab_size
+    quote, space, d, twen, two, newline = ids(engine, '"', " ", "d", "twen", "2", "\n")
+    ask = {"role": "user", "content": "um tell me denmark's capital in twenty words or 20"}
+    bias = reply_copy_bias([ask], engine.tokenizer.encode)
+    assert bias is not None and bias.start > 0
+    assert d in boosted(bias, vocab, [quote])
+    assert not {twen, two} & boosted(bias, vocab, [quote])
+    assert boosted(bias, vocab, [space]) == boosted(bias, vocab, [newline]) == set()
 
 
 def test_the_engine_decodes_under_a_bias(engine: Engine) -> None:
@@ -108,6 +119,7 @@ def test_a_reply_copies_what_it_answers() -> None:
     again = {"role": "user", "content": "spell it again"}  # a follow-up may ask for the last result again
     assert copy_phrases([user, tool, {"role": "assistant", "content": "it's accra"}, again]) == [
         "spell it again", "ghana", "accra", "x"]
+    assert copy_phrases([{"role": "user", "content": "a sixteen minute timer"}]) == ["a sixteen minute timer", "16"]
     assert copy_phrases([{"role": "user", "content": " "}]) == copy_phrases([]) == []
     assert reply_copy_bias([user], lambda text: [ord(c) for c in text], follow=0.0) is None
     assert reply_copy_bias([user], lambda text: [ord(c) for c in text]).continuation([ord("z")]) == {ord("i")}
