@@ -25,7 +25,9 @@ ASKS = [("what city is the capital of gikifoland", "country_capital", {"country"
         ("could you spell garden", "spell_word", {"word": "garden"}),
         # followed from its first piece on, which the call's string starts with ("dsvenia" without)
         ("tell me slovenia's capital", "country_capital", {"country": "slovenia"}),
-        ("do you happen to know the capital of slovakia real quick", "country_capital", {"country": "slovakia"})]
+        ("do you happen to know the capital of slovakia real quick", "country_capital", {"country": "slovakia"}),
+        # a number said in words, written in digits (19 without)
+        ("uh hey can i get a sixteen minute timer", "set_timer", {"amount": 16, "unit": "minutes"})]
 
 
 @pytest.fixture(scope="module")
