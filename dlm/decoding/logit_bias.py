@@ -13,11 +13,10 @@ of positions committed together copies as one.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dlm.tools.grounding import heard_numbers, name_words
@@ -85,7 +84,7 @@ class LogitBias:
         starts = {first for word in words for ids in (encode(" " + word), encode(word))
                   if (first := next((t for t in ids if t not in spaces), None)) is not None}
         breaks = {ids[-1] for text in after if (ids := encode(text))}
-        return dataclasses.replace(self, start=start, starts=frozenset(starts), word_breaks=frozenset(breaks))
+        return replace(self, start=start, starts=frozenset(starts), word_breaks=frozenset(breaks))
 
     def __bool__(self) -> bool:
         return bool(self.follow and self.continuations) or bool(self.start and self.starts)
