@@ -20,7 +20,7 @@ from dlm.config import ModelConfig
 from dlm.constrained import JsonSchemaConstraint
 from dlm.decoding.block_causal import BlockForward
 from dlm.decoding.confidence import Sampling, pick_tokens
-from dlm.decoding.logit_bias import LogitBias
+from dlm.decoding.logit_bias import LogitBias, bias_line
 from dlm.decoding.schedule import window_end
 
 
@@ -69,8 +69,8 @@ def constrained_decode(
                 ids = torch.tensor(window, dtype=torch.long, device=forward.device)
                 logits = forward.denoise(ids, rows - 1 if shift else rows)
             if bias:
-                line = tokens[:start] + window[:first] + [None] * (len(window) - first)
-                logits = bias.apply(logits, line, range(start + first, start + len(window)))
+                line, offset = bias_line(tokens, start, window[:first] + [None] * (len(window) - first))
+                logits = bias.apply(logits, line, range(offset + first, offset + len(window)))
             committed: list[int] = []
             for row in range(logits.shape[0]):
                 token, confidence = _pick(logits[row], constraint, sampling, generator, max_tokens - generated)

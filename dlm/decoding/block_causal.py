@@ -44,7 +44,7 @@ from dlm.decoding.confidence import (
     pick_tokens,
     pick_tokens_fused,
 )
-from dlm.decoding.logit_bias import CONTEXT, LogitBias
+from dlm.decoding.logit_bias import LogitBias, bias_line
 from dlm.decoding.prefill import ChunkForward, prefill_blocks
 from dlm.decoding.schedule import block_end, block_sizes, segment_mask, transfer_counts, window_end
 from dlm.kv_cache import KVCache
@@ -261,13 +261,6 @@ def _no_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
-def _bias_line(tokens: list[int], start: int, window: torch.Tensor, masked: torch.Tensor) -> tuple[list[int | None], int]:
-    """The tokens a bias sees up to and across the window (None: still masked), and the window's offset in them."""
-    before = tokens[max(0, start - CONTEXT):start]
-    window_tokens = [None if m else t for t, m in zip(window.tolist(), masked.tolist(), strict=True)]
-    return [*before, *window_tokens], len(before)
-
-
 def _select(
     policy: BlockPolicy, fused: bool, logits: torch.Tensor, share: int, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -375,7 +368,8 @@ def decode_passes(
                 rows = candidates.nonzero()[:, 0]
                 logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)
                 if bias:
-                    line, offset = _bias_line(tokens, start, window, masked)
+                    seen = [None if m else t for t, m in zip(window.tolist(), masked.tolist(), strict=True)]
+                    line, offset = bias_line(tokens, start, seen)
                     logits = bias.apply(logits, line, [offset + r for r in rows.tolist()])
                 pending = None
                 progress.passes += 1

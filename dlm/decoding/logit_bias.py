@@ -118,6 +118,14 @@ class LogitBias:
         return best
 
 
+def bias_line(tokens: Sequence[int], start: int, window: Sequence[int | None]) -> tuple[list[int | None], int]:
+    """What :meth:`LogitBias.apply` needs to see of a generation whose window begins at ``start``: the
+    :data:`CONTEXT` committed tokens before it and the window itself (None: still masked), with the window's
+    offset in that line."""
+    before = list(tokens[max(0, start - CONTEXT):start])
+    return [*before, *window], len(before)
+
+
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
@@ -154,8 +162,10 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
     """The copy bias of the reply to ``messages`` (None: nothing to copy, or ``follow`` is 0, which turns the
     start bias off too). After a tool's result it starts the result's phrases where a word may begin; after the
     caller's words, their names where a string opens, as a tool call's arguments do (:data:`COPY_START`)."""
+    if not follow:
+        return None
     phrases = copy_phrases(messages)
-    if not phrases or not follow:
+    if not phrases:
         return None
     if messages[-1].get("role") == "tool":
         return LogitBias.copying(phrases, encode, follow, COPY_START)

@@ -175,8 +175,7 @@ def heard_offers(text: str) -> dict[str, list[Any]]:
 
 def name_words(text: str) -> list[str]:
     """The words of a transcript a name it carries may begin with: neither function words nor numbers."""
-    return [w for w in _WORD.findall(text.lower())
-            if w not in FUNCTION_WORDS and w not in _NUMBER_WORDS and not any(c.isdigit() for c in w)]
+    return _without([w for w in _WORD.findall(text.lower()) if w not in FUNCTION_WORDS], _NUMBER_WORDS)
 
 
 def whole_phrase(phrases: list[str]) -> str | None:
