@@ -21,6 +21,7 @@ from dlm.engine import Engine
 from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCallSplitter, run_tool_call
+from dlm.tools.registry import ASKING_WORDS
 
 MAX_TOOL_ROUNDS = 2
 SYSTEM_PROMPT = "you are a helpful voice assistant. keep answers short."
@@ -50,7 +51,7 @@ class TerminalChat:
         for _ in range(MAX_TOOL_ROUNDS + 1):
             self._fit_history()
             round_ = _Round(self._show, timing, started)
-            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode)
+            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, asking_words=ASKING_WORDS)
             self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias, **self.options)
             reply += round_.finish()
             if round_.call_body is None:

@@ -42,6 +42,7 @@ from dlm.engine import Engine
 from dlm.kv_cache import KVCache
 from dlm.tools import tool_call_schema
 from dlm.tools.grounding import results_text, settle_call
+from dlm.tools.registry import ASKING_WORDS
 from dlm.train.data import Example, generate
 from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
 
@@ -109,7 +110,7 @@ class Assistant:
 
     def copy_bias(self, messages: list[dict[str, Any]]) -> LogitBias | None:
         """The copy bias of the reply to ``messages``, toward what they end with, as the product decodes it."""
-        return reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow)
+        return reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow, ASKING_WORDS)
 
     def generate(self, prompt: list[int], effort: str, messages: list[dict[str, Any]]) -> Generation:
         """The reply to ``prompt``, the rendering of ``messages``, copy-biased."""

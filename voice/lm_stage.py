@@ -27,6 +27,7 @@ from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCall, ToolCallSplitter, run_tool_call, spoken_result
 from dlm.tools.grounding import results_text, settle_call
+from dlm.tools.registry import ASKING_WORDS
 from voice.config import LmConfig
 
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
@@ -110,7 +111,7 @@ class LmStage:
                 splitter = ToolCallSplitter()
                 call_body: str | None = None
                 # closed on leaving, so the engine is done with the session before the next round starts
-                bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias)
+                bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias, ASKING_WORDS)
                 async with contextlib.aclosing(self.engine.stream(self.history, session=self.session, bias=bias,
                                                                   **self._stream_options())) as stream:
                     async for piece in stream:

@@ -158,10 +158,12 @@ def copy_phrases(messages: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], list[int]],
-                    follow: float = COPY_FOLLOW) -> LogitBias | None:
+                    follow: float = COPY_FOLLOW, asking_words: frozenset[str] = frozenset()) -> LogitBias | None:
     """The copy bias of the reply to ``messages`` (None: nothing to copy, or ``follow`` is 0, which turns the
     start bias off too). After a tool's result it starts the result's phrases where a word may begin; after the
-    caller's words, their names where a string opens, as a tool call's arguments do (:data:`COPY_START`)."""
+    caller's words, their names where a string opens, as a tool call's arguments do (:data:`COPY_START`), but
+    not ``asking_words``, the words that ask for a tool (`dlm.tools.registry.own_words`): "capital city of
+    kulevir" had begun its country "city", "spell kitchen" its word "spell"."""
     if not follow:
         return None
     phrases = copy_phrases(messages)
@@ -169,5 +171,5 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
         return None
     if messages[-1].get("role") == "tool":
         return LogitBias.copying(phrases, encode, follow, COPY_START)
-    words = name_words(messages[-1]["content"])
+    words = [word for word in name_words(messages[-1]["content"]) if word not in asking_words]
     return LogitBias.copying(phrases, encode, follow).starting(words, encode, COPY_START, STRING_OPENINGS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -31,6 +31,30 @@ class ToolError(ValueError):
     """An unknown tool or arguments that do not fit its schema or its domain."""
 
 
+def own_words(name: str, description: str, parameters: dict[str, Any]) -> frozenset[str]:
+    """The words of a tool's name, its description, its parameters' names and their enums, and their
+    inflections: what a caller says to ask for the tool ("spelled", "the capital of", "a three minute timer")."""
+    properties = parameters.get("properties", {})
+    text = " ".join([name.replace("_", " "), description, *properties, *enum_values(parameters)])
+    words = set(re.findall(r"[a-z0-9]+", text.lower()))
+    singulars = {w[:-1] for w in words if len(w) > 3 and w.endswith("s")}
+    return frozenset(words | singulars | {w + end for w in words if len(w) > 3 for end in ("s", "es", "ed", "ing")})
+
+
+def enum_values(parameters: dict[str, Any]) -> list[str]:
+    """Every value a tool's parameters' enums allow, as text."""
+    return [str(v) for spec in parameters.get("properties", {}).values() for v in spec.get("enum", ())]
+
+
+def asking_words(tools: Iterable[Any]) -> frozenset[str]:
+    """The words that ask for one of ``tools`` (each with a name, description and parameters) and are not a
+    value any of their parameters takes: where a name the caller says does not begin ("the capital city of"),
+    where "10 mm in inches" still gives its units."""
+    tools = list(tools)
+    words = frozenset().union(*(own_words(t.name, t.description, t.parameters) for t in tools))
+    return words - {value for t in tools for value in enum_values(t.parameters)}
+
+
 @dataclass(frozen=True)
 class Tool:
     """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", an
@@ -46,14 +70,8 @@ class Tool:
 
     @cached_property
     def own_words(self) -> frozenset[str]:
-        """The words of its name, its description, its parameters' names and their enums, and their inflections:
-        what a caller says to ask for this tool ("spelled", "the capital of", "a three minute timer"), so never a
-        value a heard parameter carries."""
-        enums = [str(v) for spec in self.parameters.get("properties", {}).values() for v in spec.get("enum", ())]
-        text = " ".join([self.name.replace("_", " "), self.description, *self.parameters.get("properties", {}), *enums])
-        words = set(re.findall(r"[a-z0-9]+", text.lower()))
-        singulars = {w[:-1] for w in words if len(w) > 3 and w.endswith("s")}
-        return frozenset(words | singulars | {w + end for w in words if len(w) > 3 for end in ("s", "es", "ed", "ing")})
+        """What a caller says to ask for this tool (:func:`own_words`), so never a value a heard parameter carries."""
+        return own_words(self.name, self.description, self.parameters)
 
     @property
     def noun(self) -> str:
@@ -253,6 +271,7 @@ _TOOL_LIST = [
           "additionalProperties": False}, _spell_word, {"word": "word"}),
 ]
 TOOLS: dict[str, Tool] = {tool.name: tool for tool in _TOOL_LIST}
+ASKING_WORDS = asking_words(_TOOL_LIST)
 _COMPILED = {tool.name: CompiledSchema(tool.parameters) for tool in _TOOL_LIST}
 
 

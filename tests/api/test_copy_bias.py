@@ -26,6 +26,9 @@ ASKS = [("what city is the capital of gikifoland", "country_capital", {"country"
         # followed from its first piece on, which the call's string starts with ("dsvenia" without)
         ("tell me slovenia's capital", "country_capital", {"country": "slovenia"}),
         ("do you happen to know the capital of slovakia real quick", "country_capital", {"country": "slovakia"}),
+        # a word that asks for the tool starts no name ("cityevir", "spell" when it did)
+        ("capital city uh of kulevir", "country_capital", {"country": "kulevir"}),
+        ("hmm quick question could you spell kitchen okay", "spell_word", {"word": "kitchen"}),
         # a number said in words, written in digits (19 without)
         ("uh hey can i get a sixteen minute timer", "set_timer", {"amount": 16, "unit": "minutes"})]
 

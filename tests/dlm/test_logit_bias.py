@@ -10,6 +10,7 @@ import torch
 
 from dlm.decoding.logit_bias import LogitBias, copy_phrases, reply_copy_bias
 from dlm.engine import Engine
+from dlm.tools.registry import ASKING_WORDS
 
 DEMO = Path(__file__).resolve().parents[2] / "dlm" / "assets" / "demo"
 
@@ -93,6 +94,19 @@ def test_a_call_s_string_starts_with_a_name_the_caller_said(engine: Engine) -> N
     assert d in boosted(bias, vocab, [quote])
     assert not {twen, two} & boosted(bias, vocab, [quote])
     assert boosted(bias, vocab, [space]) == boosted(bias, vocab, [newline]) == set()
+
+
+def test_a_word_that_asks_for_a_tool_starts_no_name(engine: Engine) -> None:
+    """"capital city of kulevir": the country starts "kul", never "city" or "capital" (the call had said
+    "cityevir"); a unit code the caller says is a value the call takes, so "mm" still starts one."""
+    vocab = engine.model.cfg.vocab_size
+    quote, kul, city, capi, mm = ids(engine, '"', "kul", "city", "capi", "mm")
+    ask = {"role": "user", "content": "capital city of kulevir and 10 mm"}
+    bias = reply_copy_bias([ask], engine.tokenizer.encode, asking_words=ASKING_WORDS)
+    assert bias is not None and {kul, mm} <= boosted(bias, vocab, [quote])
+    assert not {city, capi} & boosted(bias, vocab, [quote])
+    assert {city, capi} <= boosted(reply_copy_bias([ask], engine.tokenizer.encode), vocab, [quote])
+    assert {"capital", "city", "spell", "timer"} <= ASKING_WORDS and not {"mm", "minutes", "c"} & ASKING_WORDS
 
 
 def test_the_engine_decodes_under_a_bias(engine: Engine) -> None:
