@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dlm.constrained.schema import CompiledSchema, check
@@ -46,10 +46,17 @@ def enum_values(parameters: dict[str, Any]) -> list[str]:
     return [str(v) for spec in parameters.get("properties", {}).values() for v in spec.get("enum", ())]
 
 
-def asking_words(tools: Iterable[Any]) -> frozenset[str]:
-    """The words that ask for one of ``tools`` (each with a name, description and parameters) and are not a
-    value any of their parameters takes: where a name the caller says does not begin ("the capital city of"),
-    where "10 mm in inches" still gives its units."""
+class Described(Protocol):
+    """A tool as a caller's request or the registry describes it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+def asking_words(tools: Iterable[Described]) -> frozenset[str]:
+    """The words that ask for one of ``tools`` and are not a value any of their parameters takes: where a name
+    the caller says does not begin ("the capital city of"), where "10 mm in inches" still gives its units."""
     tools = list(tools)
     words = frozenset().union(*(own_words(t.name, t.description, t.parameters) for t in tools))
     return words - {value for t in tools for value in enum_values(t.parameters)}
