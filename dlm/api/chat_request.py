@@ -13,7 +13,7 @@ from typing import Any
 
 from dlm.api.errors import APIError, bad_request
 from dlm.api.limits import ApiLimits
-from dlm.constrained import CompiledSchema, SchemaError
+from dlm.constrained import CompiledSchema, SchemaError, check_schema
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
@@ -253,6 +253,10 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
         if not isinstance(params, dict):
             raise bad_request(f"{where}.function.parameters must be a JSON schema object",
                               f"{where}.function.parameters")
+        try:
+            check_schema(params)
+        except SchemaError as exc:
+            raise bad_request(f"{where}.function.parameters: {exc}", f"{where}.function.parameters") from None
         specs.append(ToolSpec(name, str(fn.get("description") or ""), params))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -279,6 +283,7 @@ def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> tuple[str, str | No
 def enforceable(schema: dict[str, Any] | bool, param: str) -> None:
     """Refuse a schema the constrained decoder cannot enforce, before any decoding starts."""
     try:
+        check_schema(schema)
         CompiledSchema(schema)
     except SchemaError as exc:
         raise bad_request(f"{param}: {exc}", param) from None

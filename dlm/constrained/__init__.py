@@ -1,10 +1,10 @@
 """Constrained decoding: JSON-schema prefix automaton and the token-level allowed-set layer."""
 
 from dlm.constrained.json_prefix import JsonPrefixAutomaton
-from dlm.constrained.schema import CompiledSchema, SchemaError, check
+from dlm.constrained.schema import CompiledSchema, SchemaError, check, check_schema
 from dlm.constrained.token_constraint import JsonSchemaConstraint, TokenGrammar, vocab_strings
 
 __all__ = [
     "CompiledSchema", "JsonPrefixAutomaton", "JsonSchemaConstraint", "SchemaError", "TokenGrammar", "check",
-    "vocab_strings",
+    "check_schema", "vocab_strings",
 ]

@@ -42,8 +42,9 @@ def own_words(name: str, description: str, parameters: dict[str, Any]) -> frozen
 
 
 def enum_values(parameters: dict[str, Any]) -> list[str]:
-    """Every value a tool's parameters' enums allow, as text."""
-    return [str(v) for spec in parameters.get("properties", {}).values() for v in spec.get("enum", ())]
+    """Every value a tool's parameters' enums allow, as text (a property's schema may be just `true`)."""
+    specs = parameters.get("properties", {}).values()
+    return [str(v) for spec in specs if isinstance(spec, dict) for v in spec.get("enum", ())]
 
 
 class Described(Protocol):

@@ -87,6 +87,13 @@ def test_unknown_model(client):
           "tool_choice": {"type": "function", "function": {"name": "g"}}}, "not in 'tools'"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
           "response_format": {"type": "json_object"}}, "cannot both"),
+        # not JSON schemas at all: these had reached the schema compiler and come back 500
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"properties": []}}}]},
+         "tools[0].function.parameters: not a valid JSON schema at properties: [] is not of type 'object'"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"enum": 7}}}}}]}, "at properties/a/enum: 7 is not of type"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "required": "a"}}}}, "not a valid JSON schema at required"),
         ({"logprobs": True}, "logprobs"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
@@ -97,6 +104,14 @@ def test_bad_parameters(client, kwargs, fragment):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=MODEL_NAME, **kwargs)
     assert fragment in info.value.message
+
+
+def test_a_property_schema_of_true_is_a_tool_parameter_like_any_other(client):
+    """`true` is a valid property schema (anything goes): the copy bias's asking words skip it."""
+    tool = {"type": "function", "function": {"name": "note", "description": "keep a note",
+                                             "parameters": {"type": "object", "properties": {"text": True}}}}
+    reply = client.chat.completions.create(model=MODEL_NAME, messages=USER, tools=[tool], max_tokens=4)
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
 def test_unrecognized_argument(client):
