@@ -253,10 +253,7 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
         if not isinstance(params, dict):
             raise bad_request(f"{where}.function.parameters must be a JSON schema object",
                               f"{where}.function.parameters")
-        try:
-            check_schema(params)
-        except SchemaError as exc:
-            raise bad_request(f"{where}.function.parameters: {exc}", f"{where}.function.parameters") from None
+        a_json_schema(params, f"{where}.function.parameters")
         specs.append(ToolSpec(name, str(fn.get("description") or ""), params))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -280,10 +277,17 @@ def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> tuple[str, str | No
     return "function", name
 
 
+def a_json_schema(schema: dict[str, Any] | bool, param: str) -> None:
+    """Refuse what is no JSON schema at all (`check_schema`), whatever the request does with it."""
+    try:
+        check_schema(schema)
+    except SchemaError as exc:
+        raise bad_request(f"{param}: {exc}", param) from None
+
+
 def enforceable(schema: dict[str, Any] | bool, param: str) -> None:
     """Refuse a schema the constrained decoder cannot enforce, before any decoding starts."""
     try:
-        check_schema(schema)
         CompiledSchema(schema)
     except SchemaError as exc:
         raise bad_request(f"{param}: {exc}", param) from None
@@ -306,6 +310,7 @@ def _response_format(value: Any) -> dict[str, Any] | bool | None:
         if not isinstance(schema, (dict, bool)):
             raise bad_request("response_format.json_schema.schema must be a JSON schema object",
                               "response_format.json_schema.schema")
+        a_json_schema(schema, "response_format.json_schema.schema")
         enforceable(schema, "response_format.json_schema.schema")
         return schema
     raise APIError(400, "response_format.type must be text, json_object or json_schema", "response_format.type")
