@@ -63,7 +63,7 @@ class LogitBias:
     def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float,
                 start: float = 0.0) -> LogitBias:
         """Copy biases toward ``phrases``, each tokenized as it reads mid-sentence (after a space) and at the
-        start of one, their first pieces favoured by ``start`` after a space or a line break. A run of spaces
+        start of one, their first pieces favoured by ``start`` (if any) after a space or a line break. A run of spaces
         alone picks no continuation: it would favour every word of every phrase wherever a word starts."""
         spaces = set(encode(" "))
         continuations: dict[tuple[int, ...], set[int]] = defaultdict(set)
@@ -74,7 +74,7 @@ class LogitBias:
                         if not spaces.issuperset(ids[i - n:i]):
                             continuations[tuple(ids[i - n:i])].add(ids[i])
         bias = cls(follow, {k: frozenset(v) for k, v in continuations.items()})
-        return bias.starting(phrases, encode, start, WORD_BREAKS)
+        return bias.starting(phrases, encode, start, WORD_BREAKS) if start else bias
 
     def starting(self, words: Iterable[str], encode: Callable[[str], list[int]], start: float,
                  after: Iterable[str]) -> LogitBias:
