@@ -193,6 +193,8 @@ def _message(msg: Any, where: str) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "system" if role == "developer" else role,
                            "content": _content(msg.get("content"), role, f"{where}.content")}
     if role == "assistant" and msg.get("tool_calls"):
+        if not isinstance(msg["tool_calls"], list):
+            raise bad_request(f"{where}.tool_calls must be an array", f"{where}.tool_calls")
         out["tool_calls"] = [_history_tool_call(c, f"{where}.tool_calls[{i}]")
                              for i, c in enumerate(msg["tool_calls"])]
         out["content"] = out["content"] or ""  # templates concatenate content; not every one checks for None

@@ -17,6 +17,7 @@ from dlm.constrained.json_prefix import JsonPrefixAutomaton, State
 from dlm.constrained.schema import CompiledSchema
 
 _MAX_CACHED_STEPS = 500_000
+COUNTED_TOKENS = 8  # tokens whose completion is counted in tokens when their characters do not fit the budget
 
 
 class TokenGrammar:
@@ -34,7 +35,7 @@ class TokenGrammar:
         self._steps: dict[tuple[State, str], State] = {}
         self._allowed: dict[State, tuple[int, ...]] = {}
         self.cost = CompletionCost(self.automaton)
-        self._costs_after: dict[State, tuple[int, ...]] = {}
+        self._chars_after: dict[State, tuple[int, ...]] = {}
         self._to_finish: dict[State, int] = {}
 
     def step(self, state: State, char: str) -> State:
@@ -89,29 +90,46 @@ class TokenGrammar:
 
     def _longest_step(self, state: State, cost: int) -> State | None:
         """The state after the longest allowed token that shortens the shortest completion by its own length."""
+        token = self._path_token(state, cost)
+        return None if token is None else self.feed(state, self.vocab[token])
+
+    def _path_token(self, state: State, cost: int) -> int | None:
+        """The longest allowed token that shortens the shortest completion by its own length."""
         best, best_len = None, 0
         for t in self.allowed(state):
             text = self.vocab[t]
             if t in self.stop_token_ids or len(text) <= best_len:
                 continue
-            nxt = self.feed(state, text)
-            if self.cost.of(nxt) == cost - len(text):
-                best, best_len = nxt, len(text)
+            if self.cost.of(self.feed(state, text)) == cost - len(text):
+                best, best_len = t, len(text)
         return best
 
     def allowed_within(self, state: State, budget: int) -> tuple[int, ...]:
         """The allowed ids after which the JSON can still be finished and ended within `budget` tokens, this
         one included: a non-stop token must leave a state that :meth:`tokens_to_finish` completes in at most
-        `budget` - 2 tokens, so one token always remains for the stop."""
+        `budget` - 2 tokens, so one token always remains for the stop.
+
+        Characters first: each is a token, so a token whose next state's shortest completion has fewer
+        characters than the budget surely fits. Counting tokens costs a scan of the vocabulary per state, and
+        for every token of a free string that was a minute a position (json_object at max_tokens 8). So tokens
+        are counted only for the ones the characters leave in doubt: the token on the shortest completion's
+        path (which keeps the JSON closable: it finishes in one token fewer than this state) and the
+        :data:`COUNTED_TOKENS` longest others; the rest of the doubtful ones are left out."""
         ids = self.allowed(state)
-        costs = self._costs_after.get(state)
-        if costs is None:
-            costs = self._costs_after[state] = tuple(
-                -1 if t in self.stop_token_ids else self.tokens_to_finish(self.feed(state, self.vocab[t])) for t in ids)
-        if budget - 1 > max(costs, default=0):
+        chars = self._chars_after.get(state)
+        if chars is None:
+            chars = self._chars_after[state] = tuple(
+                -1 if t in self.stop_token_ids else self.cost.of(self.feed(state, self.vocab[t])) for t in ids)
+        if budget - 1 > max(chars, default=0):
             return ids
-        in_time = tuple(t for t, cost in zip(ids, costs, strict=True) if cost < budget - 1)
-        return in_time or ids  # no completion fits any more: carry on, the caller reports the length stop
+        sure = [t for t, cost in zip(ids, chars, strict=True) if cost < budget - 1]
+        doubtful = sorted((t for t, cost in zip(ids, chars, strict=True) if budget - 1 <= cost < UNREACHABLE),
+                          key=lambda t: len(self.vocab[t]), reverse=True)[:COUNTED_TOKENS]
+        path = self._path_token(state, self.cost.of(state))
+        if path is not None and path not in doubtful and path not in sure:
+            doubtful.append(path)
+        counted = [t for t in doubtful if self.tokens_to_finish(self.feed(state, self.vocab[t])) < budget - 1]
+        return tuple(sorted(sure + counted)) or ids  # no completion fits any more: the caller reports the length stop
 
 
 @lru_cache(maxsize=32)

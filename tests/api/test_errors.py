@@ -71,6 +71,8 @@ def test_unknown_model(client):
         ({"messages": [{"role": "robot", "content": "hi"}]}, "role"),
         ({"messages": []}, "non-empty"),
         ({"messages": [{"role": "tool", "content": "42"}]}, "tool_call_id"),
+        ({"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": 5}]},  # had been a 500
+         "messages[1].tool_calls must be an array"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
          "only text"),
         ({"n": LIMITS.max_n + 1}, "'n' must be between"),
