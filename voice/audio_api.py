@@ -23,6 +23,7 @@ from voice.tts import PiperTts
 
 SPEECH_RATE = 24000  # OpenAI's wav and pcm speech are 24 kHz 16-bit mono
 TRANSCRIPTION_FORMATS = ("json", "text", "verbose_json")
+TRANSCRIPTION_FIELDS = {"file", "model", "response_format", "language", "temperature"}
 SPEECH_FORMATS = ("wav", "pcm")
 _STATE = web.AppKey("audio_api", object)
 
@@ -105,6 +106,9 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
     if form.get("language", "en") != "en":
         raise bad_request("the bundled Whisper (tiny.en) transcribes English only: language must be 'en'",
                           "language")
+    _check_greedy(form.get("temperature", "0"))
+    if unknown := sorted(set(form) - TRANSCRIPTION_FIELDS):
+        raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
     pcm = await asyncio.to_thread(_decode_upload, form["file"])
     asr = await models.whisper()
     result = await asr.transcribe_async(pcm)
@@ -113,6 +117,16 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
     if fmt == "json":
         return web.json_response({"text": result.text})
     return web.json_response(_verbose(result))
+
+
+def _check_greedy(temperature: str) -> None:
+    """Whisper decodes greedily here (beam 1, no temperature fallback), so only temperature 0 is honest."""
+    try:
+        value = float(temperature)
+    except ValueError:
+        raise bad_request("'temperature' must be a number", "temperature") from None
+    if value != 0:
+        raise bad_request(f"only temperature 0 is supported (greedy decoding), got {value:g}", "temperature")
 
 
 def _verbose(result: Transcription) -> dict[str, Any]:

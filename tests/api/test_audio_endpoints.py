@@ -79,6 +79,13 @@ def test_bad_audio_is_a_400(audio_client):
      "response_format"),
     (lambda c: c.audio.transcriptions.create(model="whisper-1", file=("q.wav", b"x"), language="fr"),
      "English only"),
+    # these had been ignored, the transcript as if they were not sent
+    (lambda c: c.audio.transcriptions.create(model="whisper-1", file=("q.wav", b"x"), temperature=0.7),
+     "only temperature 0"),
+    (lambda c: c.audio.transcriptions.create(model="whisper-1", file=("q.wav", b"x"), extra_body={"temperature": "hot"}),
+     "'temperature' must be a number"),
+    (lambda c: c.audio.transcriptions.create(model="whisper-1", file=("q.wav", b"x"), prompt="paris"),
+     "Unrecognized request argument supplied: prompt"),
     (lambda c: c.audio.speech.create(model="tts-1", voice="alloy", input="hi", response_format="mp3"),
      "response_format"),
     (lambda c: c.audio.speech.create(model="tts-1", voice="alloy", input="hi", speed=2.0), "speed"),
