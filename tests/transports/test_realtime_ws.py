@@ -96,6 +96,8 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
                 "format": {"type": "audio/pcma"}}}}}), "invalid_audio_format"),
             (json.dumps({"type": "session.update", "session": {"input_audio_format": "g711_alaw"}}),
              "invalid_audio_format"),
+            (json.dumps({"type": "session.update", "session": {"audio": {"input": 5}}}),
+             "invalid_request"),  # had been a server_error
             (json.dumps({"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 5}),
              "invalid_request"),
             ("x" * (1 << 20) + "x", "message_too_large"),

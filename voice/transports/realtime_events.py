@@ -141,6 +141,9 @@ def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
     if not isinstance(audio, dict):
         raise ClientEventError("session.audio must be an object", param="session.audio")
     audio_in, audio_out = audio.get("input") or {}, audio.get("output") or {}
+    for side, value in (("input", audio_in), ("output", audio_out)):
+        if not isinstance(value, dict):
+            raise ClientEventError(f"session.audio.{side} must be an object", param=f"session.audio.{side}")
     if "format" in audio_in:
         changes["input_format"] = parse_audio_format(audio_in["format"], "session.audio.input.format")
     if "input_audio_format" in session:
