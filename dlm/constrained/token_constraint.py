@@ -32,6 +32,13 @@ class TokenGrammar:
         for token_id, text in enumerate(self.vocab):
             if text and token_id not in self.stop_token_ids:
                 self._by_first.setdefault(text[0], []).append(token_id)
+        self._ids_by_text: dict[str, int] = {}
+        for token_id, text in enumerate(self.vocab):
+            if text and token_id not in self.stop_token_ids:
+                self._ids_by_text.setdefault(text, token_id)
+        self._longest_text = max(map(len, self._ids_by_text), default=0)
+        # single characters, JSON's own first: a shortest completion is mostly made of them
+        self._chars = sorted((t for t in self._ids_by_text if len(t) == 1), key=lambda c: (c not in '"{}[]:,', c))
         self._steps: dict[tuple[State, str], State] = {}
         self._allowed: dict[State, tuple[int, ...]] = {}
         self.cost = CompletionCost(self.automaton)
@@ -94,15 +101,21 @@ class TokenGrammar:
         return None if token is None else self.feed(state, self.vocab[token])
 
     def _path_token(self, state: State, cost: int) -> int | None:
-        """The longest allowed token that shortens the shortest completion by its own length."""
-        best, best_len = None, 0
-        for t in self.allowed(state):
-            text = self.vocab[t]
-            if t in self.stop_token_ids or len(text) <= best_len:
-                continue
-            if self.cost.of(self.feed(state, text)) == cost - len(text):
-                best, best_len = t, len(text)
-        return best
+        """The longest token that spells the start of a shortest completion of `state` (`cost` characters).
+
+        The completion is found a character at a time (the first single-character token after which the
+        cost drops by one), then looked up in the vocabulary by its prefixes. Scanning the allowed tokens
+        instead took a vocabulary scan per state on the path: about a minute to walk the 420 characters of
+        an object with 30 required strings."""
+        text, current = "", state
+        while len(text) < self._longest_text and len(text) < cost:
+            found = next(((char, nxt) for char in self._chars if (nxt := self.step(current, char))
+                          and self.cost.of(nxt) == cost - len(text) - 1), None)
+            if found is None:
+                break
+            text, current = text + found[0], found[1]
+        return next((self._ids_by_text[text[:end]] for end in range(len(text), 0, -1)
+                     if text[:end] in self._ids_by_text), None)
 
     def allowed_within(self, state: State, budget: int) -> tuple[int, ...]:
         """The allowed ids after which the JSON can still be finished and ended within `budget` tokens, this
