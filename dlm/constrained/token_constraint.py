@@ -29,12 +29,10 @@ class TokenGrammar:
         self.vocab = list(vocab)
         self.stop_token_ids = tuple(sorted(set(stop_token_ids)))
         self._by_first: dict[str, list[int]] = {}
-        for token_id, text in enumerate(self.vocab):
-            if text and token_id not in self.stop_token_ids:
-                self._by_first.setdefault(text[0], []).append(token_id)
         self._ids_by_text: dict[str, int] = {}
         for token_id, text in enumerate(self.vocab):
             if text and token_id not in self.stop_token_ids:
+                self._by_first.setdefault(text[0], []).append(token_id)
                 self._ids_by_text.setdefault(text, token_id)
         self._longest_text = max(map(len, self._ids_by_text), default=0)
         # single characters, JSON's own first: a shortest completion is mostly made of them
@@ -123,8 +121,8 @@ class TokenGrammar:
         `budget` - 2 tokens, so one token always remains for the stop.
 
         Characters first: each is a token, so a token whose next state's shortest completion has fewer
-        characters than the budget surely fits. Counting tokens costs a scan of the vocabulary per state, and
-        for every token of a free string that was a minute a position (json_object at max_tokens 8). So tokens
+        characters than the budget surely fits. Counting tokens walks a token's whole way to the end, and for
+        every token of a free string that was a minute a position (json_object at max_tokens 8). So tokens
         are counted only for the ones the characters leave in doubt: the token on the shortest completion's
         path (which keeps the JSON closable: it finishes in one token fewer than this state) and the
         :data:`COUNTED_TOKENS` longest others; the rest of the doubtful ones are left out."""
