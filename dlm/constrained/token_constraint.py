@@ -83,20 +83,15 @@ class TokenGrammar:
         path: list[State] = []
         while (known := self._to_finish.get(state)) is None:
             cost = self.cost.of(state)
-            nxt = None if cost in (0, UNREACHABLE) else self._longest_step(state, cost)
-            if nxt is None:  # complete, dead, or (never for byte-level vocabularies) no token on the path
+            token = None if cost in (0, UNREACHABLE) else self._path_token(state, cost)
+            if token is None:  # complete, dead, or (never for byte-level vocabularies) no token on the path
                 known = self._to_finish[state] = cost
                 break
             path.append(state)
-            state = nxt
+            state = self.feed(state, self.vocab[token])
         for steps, visited in enumerate(reversed(path), start=1):
             self._to_finish[visited] = min(known + steps, UNREACHABLE)
         return min(known + len(path), UNREACHABLE)
-
-    def _longest_step(self, state: State, cost: int) -> State | None:
-        """The state after the longest allowed token that shortens the shortest completion by its own length."""
-        token = self._path_token(state, cost)
-        return None if token is None else self.feed(state, self.vocab[token])
 
     def _path_token(self, state: State, cost: int) -> int | None:
         """The longest token that spells the start of a shortest completion of `state` (`cost` characters).
