@@ -35,8 +35,6 @@ class TokenGrammar:
                 self._by_first.setdefault(text[0], []).append(token_id)
                 self._ids_by_text.setdefault(text, token_id)
         self._longest_text = max(map(len, self._ids_by_text), default=0)
-        # single characters, JSON's own first: a shortest completion is mostly made of them
-        self._chars = sorted((t for t in self._ids_by_text if len(t) == 1), key=lambda c: (c not in '"{}[]:,', c))
         self._steps: dict[tuple[State, str], State] = {}
         self._allowed: dict[State, tuple[int, ...]] = {}
         self.cost = CompletionCost(self.automaton)
@@ -83,7 +81,7 @@ class TokenGrammar:
         path: list[State] = []
         while (known := self._to_finish.get(state)) is None:
             cost = self.cost.of(state)
-            token = None if cost in (0, UNREACHABLE) else self._path_token(state, cost)
+            token = None if cost in (0, UNREACHABLE) else self.path_token(state)
             if token is None:  # complete, dead, or (never for byte-level vocabularies) no token on the path
                 known = self._to_finish[state] = cost
                 break
@@ -93,21 +91,10 @@ class TokenGrammar:
             self._to_finish[visited] = min(known + steps, UNREACHABLE)
         return min(known + len(path), UNREACHABLE)
 
-    def _path_token(self, state: State, cost: int) -> int | None:
-        """The longest token that spells the start of a shortest completion of `state` (`cost` characters).
-
-        The completion is found a character at a time (the first single-character token after which the
-        cost drops by one), then looked up in the vocabulary by its prefixes. Scanning the allowed tokens
-        instead took a vocabulary scan per state on the path: about a minute to walk the 420 characters of
-        an object with 30 required strings."""
-        text, current = "", state
-        while len(text) < self._longest_text and len(text) < cost:
-            found = next(((char, nxt) for char in self._chars if (nxt := self.step(current, char))
-                          and self.cost.of(nxt) == cost - len(text) - 1), None)
-            if found is None:
-                break
-            text, current = text + found[0], found[1]
-        return next((self._ids_by_text[text[:end]] for end in range(len(text), 0, -1)
+    def path_token(self, state: State) -> int | None:
+        """The longest token that spells the start of a shortest completion of `state`."""
+        text = self.cost.text(state) or ""
+        return next((self._ids_by_text[text[:end]] for end in range(min(len(text), self._longest_text), 0, -1)
                      if text[:end] in self._ids_by_text), None)
 
     def allowed_within(self, state: State, budget: int) -> tuple[int, ...]:
@@ -131,7 +118,7 @@ class TokenGrammar:
         sure = [t for t, cost in zip(ids, chars, strict=True) if cost < budget - 1]
         doubtful = sorted((t for t, cost in zip(ids, chars, strict=True) if budget - 1 <= cost < UNREACHABLE),
                           key=lambda t: len(self.vocab[t]), reverse=True)[:COUNTED_TOKENS]
-        path = self._path_token(state, self.cost.of(state))
+        path = self.path_token(state)
         if path is not None and path not in doubtful and path not in sure:
             doubtful.append(path)
         counted = [t for t in doubtful if self.tokens_to_finish(self.feed(state, self.vocab[t])) < budget - 1]

@@ -221,8 +221,8 @@ def random_prefix_states(rng: random.Random, automaton: JsonPrefixAutomaton, cou
 
 @pytest.mark.parametrize("seed", range(40))
 def test_completion_cost_is_the_shortest_completion(seed: int) -> None:
-    """Zero exactly when complete, never drops by more than one per character, and some character always
-    lowers it by one: together these make it the exact length of the shortest completion."""
+    """Zero exactly when complete, never drops by more than one per character, and the completion it gives
+    is one the automaton takes to a whole instance: together these make it the shortest completion."""
     rng = random.Random(seed)
     schema = random_schema(rng)
     automaton = JsonPrefixAutomaton(CompiledSchema(schema))
@@ -231,21 +231,26 @@ def test_completion_cost_is_the_shortest_completion(seed: int) -> None:
         here = cost.of(state)
         assert (here == 0) == automaton.is_complete(state), (schema, text)
         if here >= UNREACHABLE:
+            assert cost.text(state) is None
             continue
         after = {c: cost.of(s) for c in CHARSET if (s := automaton.step(state, c))}
         assert all(a >= here - 1 for a in after.values()), (schema, text, here, after)
-        if here:
-            assert here - 1 in after.values(), (schema, text, here, after)
+        completion = cost.text(state)
+        assert len(completion) == here and automaton.is_complete(automaton.feed(state, completion)), \
+            (schema, text, completion)
+        jsonschema.validate(json.loads(text + completion), schema)
 
 
+@pytest.mark.parametrize("free_keys", [False, True])
 @pytest.mark.parametrize("budget", [15, 18, 20, 30, 45])
-def test_a_token_budget_always_closes_the_json(budget: int) -> None:
+def test_a_token_budget_always_closes_the_json(budget: int, free_keys: bool) -> None:
     """Tokens picked at random among those allowed within the budget: the JSON closes in time, every time
     and its stop token as well (18 = the shortest instance, '{"note":"","n":0}', in single characters, and
-    the stop; 15 = the same with the multi-character tokens that shorten it, the tightest budget)."""
+    the stop; 15 = the same with the multi-character tokens that shorten it, the tightest budget), also where
+    any other key may be written (JSON Schema's default)."""
     schema = {"type": "object", "properties": {"note": {"type": "string"}, "n": {"type": "integer"},
                                                "more": {"type": "array", "items": {}}},
-              "required": ["note", "n"], "additionalProperties": False}
+              "required": ["note", "n"], "additionalProperties": free_keys}
     vocab = ["", *CHARSET, "ab", '{"', '":', '", "', "[[", "{}", "12", "zzzz", '"n"']
     stop = 0
     rng = random.Random(budget)
