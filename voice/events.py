@@ -90,6 +90,7 @@ class ResponseDone:
 class PipelineError:
     message: str
     code: str = "pipeline_error"
+    caller_at_fault: bool = False  # the caller asked for something impossible; the pipeline itself is fine
 
 
 PipelineEvent = (

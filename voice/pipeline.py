@@ -116,7 +116,14 @@ class VoicePipeline:
             reply.played_reported = max(reply.played_reported or 0, samples)
 
     async def commit_turn(self) -> None:
-        await self._input.put(lambda: self._handle_vad(self._vad.force_end(self._audio_now())))
+        def commit() -> None:
+            ended = self._vad.force_end(self._audio_now())
+            if not ended:  # as OpenAI's Realtime API answers a commit of an empty buffer
+                self._emit(PipelineError("the input audio buffer holds no speech to commit",
+                                         "input_audio_buffer_commit_empty", caller_at_fault=True))
+            self._handle_vad(ended)
+
+        await self._input.put(commit)
 
     async def clear_input(self) -> None:
         def clear() -> None:

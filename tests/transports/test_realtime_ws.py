@@ -101,11 +101,13 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
             (json.dumps({"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 5}),
              "invalid_request"),
             ("x" * (1 << 20) + "x", "message_too_large"),
+            (json.dumps({"type": "input_audio_buffer.commit"}), "input_audio_buffer_commit_empty"),  # had been silent
         ]
         for message, code in cases:
             await ws.send_str(message)
             error = await next_event(ws, "error", seen)
             assert error["error"]["code"] == code, (message[:60], error)
+            assert error["error"]["type"] == "invalid_request_error", error
         assert seen[2]["error"]["event_id"] is None and seen[3]["error"]["event_id"] == "c1"
 
         await ws.send_json({"type": "session.update", "session": {"input_audio_format": "g711_ulaw"}})

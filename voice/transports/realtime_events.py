@@ -315,7 +315,8 @@ class RealtimeEncoder:
         if isinstance(ev, ResponseDone):
             return self._done(ev)
         if isinstance(ev, PipelineError):
-            return [error_event(self.event_id(), ev.message, ev.code, error_type="server_error")]
+            kind = "invalid_request_error" if ev.caller_at_fault else "server_error"
+            return [error_event(self.event_id(), ev.message, ev.code, error_type=kind)]
         return []
 
     def _transcript_delta(self, ev: TranscriptDelta) -> dict[str, Any]:
