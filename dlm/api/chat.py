@@ -46,6 +46,9 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
         raise bad_request(f"the prompt has {n_prompt} tokens; the limit is {state.limits.max_prompt_tokens}",
                           "messages", "context_length_exceeded")
     room = state.context_length - n_prompt
+    if room < 1:
+        raise bad_request(f"the prompt has {n_prompt} tokens and leaves no room in the model's context length "
+                          f"({state.context_length})", "messages", "context_length_exceeded")
     max_tokens = req.max_tokens or min(state.limits.max_completion_tokens, room)
     if max_tokens > room:
         raise bad_request(f"the prompt ({n_prompt} tokens) plus max_tokens ({max_tokens}) exceeds the model's "

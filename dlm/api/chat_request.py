@@ -6,14 +6,16 @@ that asks for them would otherwise get an answer that looks right and is not.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from dlm.api.errors import APIError, bad_request
 from dlm.api.limits import ApiLimits
-from dlm.constrained import CompiledSchema, SchemaError, check_schema
+from dlm.constrained import CompiledSchema, SchemaError, admits_a_value, check_schema
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
@@ -72,6 +74,7 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits) -> ChatRequest:
             raise bad_request("'stream_options' must be an object", "stream_options")
         include_usage = _bool(options, "include_usage", False, "stream_options.include_usage")
     tools = _tools(body.get("tools"))
+    _bool(body, "parallel_tool_calls", True)  # one call per turn is what the decoder makes either way
     tool_choice, forced = _tool_choice(body.get("tool_choice"), tools)
     json_schema = _response_format(body.get("response_format"))
     if json_schema is not None and tool_choice in ("required", "function"):
@@ -90,7 +93,7 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits) -> ChatRequest:
         temperature=_number(body, "temperature", 0.0, 2.0),
         top_p=_number(body, "top_p", 0.0, 1.0, low_open=True),
         stop=_stop(body.get("stop")),
-        seed=_int(body, "seed"),
+        seed=_seed(body),
         n=_n(body, limits),
         effort=_effort(body.get("reasoning_effort")),
         tools=tools,
@@ -133,12 +136,20 @@ def _number(obj: dict[str, Any], key: str, low: float, high: float, low_open: bo
     value = obj.get(key)
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise bad_request(f"'{key}' must be a number", key)
     if value > high or value < low or (low_open and value == low):
         bracket = "(" if low_open else "["
         raise bad_request(f"'{key}' must be in {bracket}{low:g}, {high:g}], got {value}", key)
     return float(value)
+
+
+def _seed(body: dict[str, Any]) -> int | None:
+    """A 64-bit signed seed, as OpenAI's; choice i of n draws from seed + i."""
+    value = _int(body, "seed")
+    if value is not None and not -(2**63) <= value < 2**63:
+        raise bad_request(f"'seed' must be a 64-bit signed integer, got {value}", "seed")
+    return value
 
 
 def _max_tokens(body: dict[str, Any], limits: ApiLimits) -> int | None:
@@ -252,10 +263,12 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
         if not isinstance(name, str) or not _TOOL_NAME.match(name):
             raise bad_request(f"{where}.function.name must match [A-Za-z0-9_-]{{1,64}}", f"{where}.function.name")
         params = fn.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict):
-            raise bad_request(f"{where}.function.parameters must be a JSON schema object",
-                              f"{where}.function.parameters")
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise bad_request(f"{where}.function.parameters must be a JSON schema of an object (a call's "
+                              "arguments are one)", f"{where}.function.parameters")
         a_json_schema(params, f"{where}.function.parameters")
+        with contextlib.suppress(SchemaError):  # auto calls under a schema it cannot enforce are checked as objects
+            _satisfiable(CompiledSchema(params), f"{where}.function.parameters")
         specs.append(ToolSpec(name, str(fn.get("description") or ""), params))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -270,7 +283,8 @@ def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> tuple[str, str | No
         if value != "none" and not tools:
             raise bad_request(f"tool_choice {value!r} needs 'tools'", "tool_choice")
         return value, None
-    name = value.get("function", {}).get("name") if isinstance(value, dict) else None
+    fn = value.get("function") if isinstance(value, dict) and value.get("type") == "function" else None
+    name = fn.get("name") if isinstance(fn, dict) else None
     if not isinstance(name, str):
         raise bad_request("'tool_choice' must be none, auto, required or {'type': 'function', 'function': "
                           "{'name': ...}}", "tool_choice")
@@ -288,11 +302,19 @@ def a_json_schema(schema: dict[str, Any] | bool, param: str) -> None:
 
 
 def enforceable(schema: dict[str, Any] | bool, param: str) -> None:
-    """Refuse a schema the constrained decoder cannot enforce, before any decoding starts."""
+    """Refuse a schema the constrained decoder cannot enforce, or one no value satisfies, before any decoding
+    starts."""
     try:
-        CompiledSchema(schema)
+        compiled = CompiledSchema(schema)
     except SchemaError as exc:
         raise bad_request(f"{param}: {exc}", param) from None
+    _satisfiable(compiled, param)
+
+
+def _satisfiable(compiled: CompiledSchema, param: str) -> None:
+    """A decoder under a schema no value satisfies would find no token to commit, midway through."""
+    if not admits_a_value(compiled):
+        raise bad_request(f"{param}: no JSON value satisfies this schema", param)
 
 
 def _response_format(value: Any) -> dict[str, Any] | bool | None:

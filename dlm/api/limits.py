@@ -64,8 +64,14 @@ async def read_json(request: web.Request, max_bytes: int) -> dict[str, Any]:
     raw = await read_body(request, max_bytes)
     try:
         body = json.loads(raw)
+        json.dumps(body, ensure_ascii=False).encode()  # a lone surrogate ("\ud800") is no Unicode text
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except UnicodeEncodeError:
+        raise bad_request("request body holds a lone UTF-16 surrogate escape, which is not text",
+                          code="invalid_json") from None
+    except RecursionError:
+        raise bad_request("request body is nested too deeply", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object", code="invalid_json")
     return body

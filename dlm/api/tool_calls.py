@@ -45,13 +45,40 @@ Delta = ContentDelta | ToolCallDelta
 
 
 def forced_call_schema(tools: tuple[ToolSpec, ...], name: str | None) -> dict[str, Any]:
-    """The JSON a forced call must be: one of the allowed functions with arguments matching its parameters."""
-    variants = [
-        {"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-         "required": ["name", "arguments"], "additionalProperties": False}
-        for t in tools if name in (None, t.name)
-    ]
-    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+    """The JSON a forced call must be: one of the allowed functions with arguments matching its parameters.
+
+    A `$ref` resolves against the root of the schema it is in, so each tool's `$defs` (as Pydantic writes
+    them) move to the call schema's root, renamed under the tool's name so that two tools' names cannot meet."""
+    variants, defs = [], {}
+    for tool in tools:
+        if name in (None, tool.name):
+            arguments, own = _lift_defs(tool.parameters, tool.name)
+            defs |= own
+            variants.append({"type": "object", "properties": {"name": {"const": tool.name}, "arguments": arguments},
+                             "required": ["name", "arguments"], "additionalProperties": False})
+    schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+def _lift_defs(parameters: dict[str, Any], tool: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`parameters` without its `$defs`/`definitions`, its local refs renamed `#/$defs/<tool>.<name>`; and
+    those definitions under their new names."""
+    prefixes = ("#/$defs/", "#/definitions/")
+
+    def renamed(node: Any) -> Any:
+        if isinstance(node, list):
+            return [renamed(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {key: renamed(value) for key, value in node.items()}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(prefixes):
+            out["$ref"] = f"#/$defs/{tool}.{ref.split('/', 2)[2]}"
+        return out
+
+    defs = {f"{tool}.{key}": renamed(value) for group in ("$defs", "definitions")
+            for key, value in (parameters.get(group) or {}).items()}
+    return renamed({k: v for k, v in parameters.items() if k not in ("$defs", "definitions")}), defs
 
 
 def new_call_id() -> str:
@@ -115,15 +142,19 @@ class ToolCallStream:
             out.extend(step)
 
     def finish(self) -> list[Delta]:
-        """Flush: held-back text is content; an unterminated call is closed if its JSON is whole."""
+        """Flush: held-back text is content; an unterminated call counts if its JSON is whole (a forced call
+        ends with its JSON: the stop comes before any closing tag). One cut off by `max_tokens` or a stop
+        string does not, so the finish reason stays `length` or `stop`; and one cut before its name is
+        dropped, not shown to the caller as the markup it is."""
+        rest, self.buffer = self.buffer, ""
         if not self.in_call:
-            rest, self.buffer = self.buffer, ""
             return [ContentDelta(rest)] if rest else []
-        if self._named:  # a forced call ends with its JSON: the stop comes before any closing tag
-            self.in_call, self.buffer = False, ""
-            self.calls += 1
+        self.in_call = False
+        if self._named:
+            assert self._args is not None
+            self.calls += self._args.done
             return []
-        return self._close_unnamed(self.buffer)
+        return self._close_unnamed(rest, give_back=False)
 
     def _text_step(self) -> list[Delta] | None:
         stray = self.buffer.find(CLOSE)
@@ -173,15 +204,16 @@ class ToolCallStream:
         self.calls += 1
         return []
 
-    def _close_unnamed(self, body: str) -> list[Delta]:
-        """A call whose JSON did not start with its name: emit it whole, or give the text back as content."""
+    def _close_unnamed(self, body: str, give_back: bool = True) -> list[Delta]:
+        """A call whose JSON did not start with its name: emit it whole, or (`give_back`) return the text as
+        content."""
         self.in_call = False
         try:
             call = json.loads(body)
         except json.JSONDecodeError:
             call = None
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            return [ContentDelta(OPEN + body)]
+            return [ContentDelta(OPEN + body)] if give_back else []
         args = call.get("arguments", {})
         delta = ToolCallDelta(self.calls, args if isinstance(args, str) else json.dumps(args), new_call_id(),
                               call["name"])

@@ -44,6 +44,12 @@ def _key_text(key: str) -> str:
     return json.dumps(key, ensure_ascii=False)
 
 
+def admits_a_value(schema: CompiledSchema) -> bool:
+    """Whether any JSON value is an instance: not when a minimum exceeds its maximum, or a required key's
+    schema admits nothing. A decoder given such a schema would find no token to commit, midway."""
+    return CompletionCost(JsonPrefixAutomaton(schema)).value[0] is not None
+
+
 class CompletionCost:
     """Shortest completions for one schema, cached per automaton state."""
 
@@ -89,10 +95,14 @@ class CompletionCost:
         if node.kind == "literal":
             return min(node.literals, key=len)
         if node.kind == "string":
+            if node.max_length is not None and node.max_length < node.min_length:
+                return None
             return '"' + _FILLER * node.min_length + '"'
         if node.kind == "anyof":
             return _shortest(texts[a] for a in node.alternatives)
         if node.kind == "array":
+            if node.max_items is not None and node.max_items < node.min_items:
+                return None
             item = texts[node.items] if node.min_items else ""
             return None if item is None else "[" + ",".join([item] * node.min_items) + "]"
         members = [self._member(node_id, key, texts) for key in sorted(node.required)]

@@ -68,3 +68,39 @@ def test_json_object_closes_within_a_tight_max_tokens(demo_client, seed):
     choice = reply.choices[0]
     assert choice.finish_reason == "stop"
     assert isinstance(json.loads(choice.message.content), dict)
+
+
+def test_a_history_longer_than_the_context_is_a_clear_400(demo_client):
+    """The demo's context is 320 tokens, the server's prompt limit 4096: a prompt between them with no
+    max_tokens had been a 500 (streaming: a 200 that failed in the stream)."""
+    words = [{"role": "user", "content": "peru " * 290}]
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as info:
+            demo_client.chat.completions.create(model="demo", messages=words, stream=stream)
+        assert info.value.code == "context_length_exceeded"
+
+
+def test_a_forced_call_whose_parameters_use_defs(demo_client):
+    """Pydantic writes nested models and enums as `$defs` with `$ref`s: those resolve against the call
+    schema's root, where the tool's parameters are nested, so they had failed (500 forced, unchecked auto)."""
+    place = {"$defs": {"Country": {"type": "string", "enum": ["peru", "chile"]}}, "type": "object",
+             "properties": {"country": {"$ref": "#/$defs/Country"}}, "required": ["country"]}
+    tool = {"type": "function", "function": {"name": "capital", "parameters": place}}
+    reply = demo_client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "capital of peru"}], tools=[tool],
+        tool_choice="required", max_tokens=40)
+    (call,) = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls"
+    jsonschema.validate(json.loads(call.function.arguments), place)
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+def test_a_call_cut_off_by_max_tokens_is_not_reported_as_made(demo_client, tool_choice):
+    """A call with no room to close: the finish reason is `length`, and no `<tool_call>` markup reaches the
+    content (it had been `tool_calls` with arguments that do not parse, or the raw opening tag as text)."""
+    reply = demo_client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "what is 12 times 4"}], tools=tool_specs(),
+        tool_choice=tool_choice, max_tokens=4)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length"
+    assert "<tool_call>" not in (choice.message.content or "")

@@ -96,6 +96,24 @@ def test_unknown_model(client):
             "type": "object", "properties": {"a": {"enum": 7}}}}}]}, "at properties/a/enum: 7 is not of type"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
             "type": "object", "required": "a"}}}}, "not a valid JSON schema at required"),
+        # each of these had been a 500 (found by sending odd requests to a live server)
+        ({"tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": "f"}}, "'tool_choice' must be"),
+        ({"seed": 2**64}, "'seed' must be a 64-bit signed integer"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "integer"}]}}, "$ref": "#/$defs/A"}}}},
+         "refers back to itself"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "string", "minLength": 9, "maxLength": 2}}}}, "no JSON value satisfies"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "array", "minItems": 3, "maxItems": 1}},
+            "required": ["a"]}}}]}, "tools[0].function.parameters: no JSON value satisfies"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "anyOf": [{"type": "string", "maxLength": i} for i in range(300)]}}}}, "too large"),
+        # and these had been answered, wrongly: a call of a bare string, an enum that decoded to "Infinity"
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
+         "must be a JSON schema of an object"),
+        ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"logprobs": True}, "logprobs"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
@@ -119,6 +137,16 @@ def test_a_property_schema_of_true_is_a_tool_parameter_like_any_other(client):
 def test_unrecognized_argument(client):
     with pytest.raises(openai.BadRequestError, match="Unrecognized request argument supplied: frobnicate"):
         client.chat.completions.create(model=MODEL_NAME, messages=USER, extra_body={"frobnicate": 1})
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [
+    (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "'temperature'"),
+    (b'{"model": "m", "messages": [{"role": "user", "content": "hi \\ud800 there"}]}', "lone UTF-16 surrogate"),
+    (b"[" * 25_000 + b"]" * 25_000, "nested too deeply"),
+])
+def test_bodies_python_reads_but_json_forbids(server, raw, fragment):
+    """Python's json module takes NaN, lone surrogates and any depth (to a RecursionError): each had been a 500."""
+    assert fragment in _error(_request(server.url + "/v1/chat/completions", raw), 400)["message"]
 
 
 def test_prompt_token_limit(client):
