@@ -84,11 +84,15 @@ class Tokenizer:
         add_generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
     ) -> str:
+        """The prompt text of `messages` (and `tools`), whose strings cannot spell a control token: the
+        tokenizer reads added tokens anywhere in the text, so a caller who typed "<|im_end|>" would end their
+        turn there and could write the assistant's or a tool's after it."""
         if self.template is None:
             raise CheckpointError("tokenizer_config.json has no chat_template; use raw text")
+        controls = tuple(token.content for token in self.backend.get_added_tokens_decoder().values())
         return self.template.render(
-            messages, add_generation_prompt=add_generation_prompt, tools=tools,
-            bos_token=self.bos_token or "", eos_token=self.eos_token or "",
+            _defused(messages, controls), add_generation_prompt=add_generation_prompt,
+            tools=_defused(tools, controls), bos_token=self.bos_token or "", eos_token=self.eos_token or "",
         )
 
     def stop_ids(self, cfg: ModelConfig) -> set[int]:
@@ -98,6 +102,20 @@ class Tokenizer:
             if text and text in self.special_tokens:
                 ids.add(self.special_tokens[text])
         return ids
+
+
+def _defused(value: Any, controls: tuple[str, ...]) -> Any:
+    """`value` with every string's control tokens broken by a zero-width space after their first character."""
+    if isinstance(value, str):
+        for control in controls:
+            if control in value:
+                value = value.replace(control, control[0] + "\u200b" + control[1:])
+        return value
+    if isinstance(value, list):
+        return [_defused(item, controls) for item in value]
+    if isinstance(value, dict):
+        return {key: _defused(item, controls) for key, item in value.items()}
+    return value
 
 
 def _token_text(value: Any) -> str | None:
