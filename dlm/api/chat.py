@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ApiState = request.app[STATE]
-    req = parse_chat_request(await read_json(request, state.limits.max_body_bytes), state.limits)
+    req = parse_chat_request(await read_json(request, state.limits.max_body_bytes), state.limits, state.writable)
     if req.model != state.model_name:
         raise APIError(404, f"The model {req.model!r} does not exist; this server serves {state.model_name!r}",
                        "model", "model_not_found")

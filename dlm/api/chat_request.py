@@ -56,7 +56,8 @@ class ChatRequest:
     json_schema: dict[str, Any] | bool | None = None  # response_format, as the schema to enforce
 
 
-def parse_chat_request(body: dict[str, Any], limits: ApiLimits) -> ChatRequest:
+def parse_chat_request(body: dict[str, Any], limits: ApiLimits, writable: frozenset[str] | None = None) -> ChatRequest:
+    """`writable`: the characters the model's vocabulary can write (schemas that need others are refused)."""
     unknown = sorted(set(body) - _KNOWN)
     if unknown:
         raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
@@ -73,17 +74,17 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits) -> ChatRequest:
         if not isinstance(options, dict):
             raise bad_request("'stream_options' must be an object", "stream_options")
         include_usage = _bool(options, "include_usage", False, "stream_options.include_usage")
-    tools = _tools(body.get("tools"))
+    tools = _tools(body.get("tools"), writable)
     _bool(body, "parallel_tool_calls", True)  # one call per turn is what the decoder makes either way
     tool_choice, forced = _tool_choice(body.get("tool_choice"), tools)
-    json_schema = _response_format(body.get("response_format"))
+    json_schema = _response_format(body.get("response_format"), writable)
     if json_schema is not None and tool_choice in ("required", "function"):
         raise bad_request("a forced tool call and a JSON response_format cannot both shape the answer",
                           "tool_choice")
     if tool_choice in ("required", "function"):  # forced calls are decoded under their parameter schemas
         for i, spec in enumerate(tools):
             if forced in (None, spec.name):
-                enforceable(spec.parameters, f"tools[{i}].function.parameters")
+                enforceable(spec.parameters, f"tools[{i}].function.parameters", writable)
     return ChatRequest(
         model=model,
         messages=_messages(body.get("messages")),
@@ -248,7 +249,7 @@ def _history_tool_call(call: Any, where: str) -> dict[str, Any]:
     return {"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": arguments}}
 
 
-def _tools(value: Any) -> tuple[ToolSpec, ...]:
+def _tools(value: Any, writable: frozenset[str] | None) -> tuple[ToolSpec, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -268,7 +269,7 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
                               "arguments are one)", f"{where}.function.parameters")
         a_json_schema(params, f"{where}.function.parameters")
         with contextlib.suppress(SchemaError):  # auto calls under a schema it cannot enforce are checked as objects
-            _satisfiable(CompiledSchema(params), f"{where}.function.parameters")
+            _satisfiable(CompiledSchema(params, writable), f"{where}.function.parameters")
         specs.append(ToolSpec(name, str(fn.get("description") or ""), params))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -301,11 +302,11 @@ def a_json_schema(schema: dict[str, Any] | bool, param: str) -> None:
         raise bad_request(f"{param}: {exc}", param) from None
 
 
-def enforceable(schema: dict[str, Any] | bool, param: str) -> None:
-    """Refuse a schema the constrained decoder cannot enforce, or one no value satisfies, before any decoding
-    starts."""
+def enforceable(schema: dict[str, Any] | bool, param: str, writable: frozenset[str] | None = None) -> None:
+    """Refuse a schema the constrained decoder cannot enforce, or one no value it can write satisfies, before
+    any decoding starts."""
     try:
-        compiled = CompiledSchema(schema)
+        compiled = CompiledSchema(schema, writable)
     except SchemaError as exc:
         raise bad_request(f"{param}: {exc}", param) from None
     _satisfiable(compiled, param)
@@ -317,7 +318,7 @@ def _satisfiable(compiled: CompiledSchema, param: str) -> None:
         raise bad_request(f"{param}: no JSON value satisfies this schema", param)
 
 
-def _response_format(value: Any) -> dict[str, Any] | bool | None:
+def _response_format(value: Any, writable: frozenset[str] | None) -> dict[str, Any] | bool | None:
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
@@ -335,6 +336,6 @@ def _response_format(value: Any) -> dict[str, Any] | bool | None:
             raise bad_request("response_format.json_schema.schema must be a JSON schema object",
                               "response_format.json_schema.schema")
         a_json_schema(schema, "response_format.json_schema.schema")
-        enforceable(schema, "response_format.json_schema.schema")
+        enforceable(schema, "response_format.json_schema.schema", writable)
         return schema
     raise APIError(400, "response_format.type must be text, json_object or json_schema", "response_format.type")

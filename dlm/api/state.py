@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from aiohttp import web
 
 from dlm.api.generation import GenerationSpec, Outcome, engine_stream, span_stream
 from dlm.api.limits import ApiLimits, ConcurrencyGate
+from dlm.constrained import writable_characters
 from dlm.decoding.logit_bias import COPY_FOLLOW
 
 
@@ -28,6 +30,11 @@ class ApiState:
     @property
     def tokenizer(self):
         return self.engine.tokenizer
+
+    @cached_property
+    def writable(self) -> frozenset[str]:
+        """The characters the model's vocabulary can write, which every schema a request sends must keep to."""
+        return writable_characters(self.engine.vocab)
 
     @property
     def context_length(self) -> int:

@@ -70,8 +70,12 @@ of 250 strings of counted length takes 0.2 s a token on the demo vocabulary."""
 class CompiledSchema:
     """A schema's nodes; node 0 is the root. `ANY` is the id of the unconstrained node."""
 
-    def __init__(self, schema: dict[str, Any] | bool):
+    def __init__(self, schema: dict[str, Any] | bool, writable: frozenset[str] | None = None):
+        """`writable`: the characters a decoder's vocabulary can write (None: all). An enum value or a key
+        with others can never be decoded, so it is left out, and a schema that needs one is refused: with a
+        byte-level vocabulary a character whose bytes no token holds whole, such as "é" in an English one."""
         self.nodes: list[Node] = []
+        self._writable = writable
         self._root_doc = schema if isinstance(schema, dict) else {}
         self._refs: dict[str, int] = {}
         root = self._add_placeholder()
@@ -162,7 +166,10 @@ class CompiledSchema:
                 values = [v for v in values if _matches_type(v, types)]
             if not values:
                 raise SchemaError("enum/const leaves no allowed value")
-            return Node("literal", literals=tuple(dict.fromkeys(_dump(v) for v in values)))
+            literals = [text for text in map(_dump, values) if self._can_write(text)]
+            if not literals:
+                raise SchemaError(f"no enum/const value can be written with this model's vocabulary: {values[0]!r}")
+            return Node("literal", literals=tuple(dict.fromkeys(literals)))
         if isinstance(types, list):
             rest = {k: v for k, v in schema.items() if k != "type"}
             return Node("anyof", alternatives=tuple(self._compile({**rest, "type": t}) for t in types))
@@ -190,14 +197,22 @@ class CompiledSchema:
         return Node(types)
 
     def _object(self, schema: dict[str, Any]) -> Node:
-        props = {name: self._compile(sub) for name, sub in schema.get("properties", {}).items()}
+        props = {name: self._compile(sub) for name, sub in schema.get("properties", {}).items()
+                 if self._can_write(_dump(name))}
         required = frozenset(schema.get("required", ()))
+        unwritable = sorted(key for key in required if not self._can_write(_dump(key)))
+        if unwritable:
+            raise SchemaError(f"required key {unwritable[0]!r} cannot be written with this model's vocabulary")
         extra = schema.get("additionalProperties", True)
         additional = None if extra is False else self._compile(extra)
         missing = required - set(props)
         if additional is None and missing:
             raise SchemaError(f"required keys {sorted(missing)} are not allowed by additionalProperties false")
         return Node("object", properties=props, required=required, additional=additional)
+
+
+    def _can_write(self, text: str) -> bool:
+        return self._writable is None or set(text) <= self._writable
 
 
 def _dump(value: Any) -> str:

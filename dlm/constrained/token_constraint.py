@@ -25,8 +25,8 @@ class TokenGrammar:
 
     def __init__(self, schema: dict[str, Any] | bool, vocab: Sequence[str],
                  stop_token_ids: Iterable[int] = (), max_whitespace: int = 1):
-        self.automaton = JsonPrefixAutomaton(CompiledSchema(schema), max_whitespace)
         self.vocab = list(vocab)
+        self.automaton = JsonPrefixAutomaton(CompiledSchema(schema, writable_characters(self.vocab)), max_whitespace)
         self.stop_token_ids = tuple(sorted(set(stop_token_ids)))
         self._by_first: dict[str, list[int]] = {}
         self._ids_by_text: dict[str, int] = {}
@@ -176,6 +176,11 @@ class JsonSchemaConstraint:
         clone = object.__new__(JsonSchemaConstraint)
         clone.grammar, clone.state, clone.text, clone.stopped = self.grammar, self.state, self.text, self.stopped
         return clone
+
+
+def writable_characters(vocab: Sequence[str]) -> frozenset[str]:
+    """The characters some token's text holds whole (a byte-level token of part of one decodes to U+FFFD)."""
+    return frozenset("".join(vocab)) - {"\ufffd"}
 
 
 def vocab_strings(tokenizer: Any) -> list[str]:

@@ -104,3 +104,19 @@ def test_a_call_cut_off_by_max_tokens_is_not_reported_as_made(demo_client, tool_
     choice = reply.choices[0]
     assert choice.finish_reason == "length"
     assert "<tool_call>" not in (choice.message.content or "")
+
+
+def test_enum_values_the_vocabulary_cannot_write(demo_client):
+    """The demo's byte-level vocabulary holds no token with a whole "é": an enum of only such values is a 400
+    (it had failed midway, a 500), and one with a value it can write decodes to that value."""
+    def ask(values: list[str]):
+        schema = {"type": "object", "properties": {"place": {"enum": values}}, "required": ["place"],
+                  "additionalProperties": False}
+        return demo_client.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": "where to"}], max_tokens=20,
+            response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}})
+
+    with pytest.raises(openai.BadRequestError, match="cannot be written|can be written"):
+        ask(["café", "日本"])
+    reply = ask(["café", "paris"])
+    assert json.loads(reply.choices[0].message.content) == {"place": "paris"}
