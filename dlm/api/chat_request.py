@@ -6,7 +6,6 @@ that asks for them would otherwise get an answer that looks right and is not.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -268,8 +267,7 @@ def _tools(value: Any, writable: frozenset[str] | None) -> tuple[ToolSpec, ...]:
             raise bad_request(f"{where}.function.parameters must be a JSON schema of an object (a call's "
                               "arguments are one)", f"{where}.function.parameters")
         a_json_schema(params, f"{where}.function.parameters")
-        with contextlib.suppress(SchemaError):  # auto calls under a schema it cannot enforce are checked as objects
-            _satisfiable(CompiledSchema(params, writable), f"{where}.function.parameters")
+        _auto_call_schema(params, f"{where}.function.parameters", fn.get("strict") is True, writable)
         specs.append(ToolSpec(name, str(fn.get("description") or ""), params))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -309,6 +307,18 @@ def enforceable(schema: dict[str, Any] | bool, param: str, writable: frozenset[s
         compiled = CompiledSchema(schema, writable)
     except SchemaError as exc:
         raise bad_request(f"{param}: {exc}", param) from None
+    _satisfiable(compiled, param)
+
+
+def _auto_call_schema(params: dict[str, Any], param: str, strict: bool, writable: frozenset[str] | None) -> None:
+    """An auto call under parameters the decoder cannot enforce is checked as any object, unless the caller
+    asked for `strict`; enforced ones must admit a value."""
+    try:
+        compiled = CompiledSchema(params, writable)
+    except SchemaError as exc:
+        if strict:
+            raise bad_request(f"{param}: {exc}", param) from None
+        return
     _satisfiable(compiled, param)
 
 

@@ -114,6 +114,9 @@ def test_unknown_model(client):
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
          "must be a JSON schema of an object"),
         ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+            "type": "object", "properties": {"a": {"type": "string", "format": "email"}}}}}]},
+         "unsupported schema keywords: format"),  # had been decoded as any object
         ({"logprobs": True}, "logprobs"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
