@@ -47,6 +47,10 @@ T = TypeVar("T")
 Prompt = str | Sequence[int] | Sequence[dict[str, Any]]
 
 
+class PromptTooLong(ValueError):
+    """The prompt fills the model's context: the caller's input, not the engine, is at fault."""
+
+
 @dataclass
 class GenerationResult:
     text: str
@@ -290,7 +294,7 @@ class Engine:
         ids = self.prompt_ids(prompt, opts.get("tools"))
         room = self.context_room() - len(ids)
         if room < 1:
-            raise ValueError(f"the prompt ({len(ids)} tokens) leaves no room in the context ({self.context_room()})")
+            raise PromptTooLong(f"the prompt ({len(ids)} tokens) leaves no room in the context ({self.context_room()})")
         knobs = dataclasses.replace(knobs, max_new_tokens=min(knobs.max_new_tokens, room))
         session = session or self.new_session()
         run = _Run(self.tokenizer, len(ids), knobs.max_new_tokens)

@@ -78,12 +78,13 @@ class AudioCleared:
 
 @dataclass(frozen=True)
 class ResponseDone:
-    """The assistant's turn ended (completed or cancelled); ``trace`` is the turn's latency record."""
+    """The assistant's turn ended (completed, cancelled or failed); ``trace`` is the turn's latency record."""
 
     turn_id: int
     text: str
     cancelled: bool
     trace: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
 
 
 @dataclass(frozen=True)

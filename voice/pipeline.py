@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dlm.engine import PromptTooLong
 from dlm.tools.calls import ToolCall
 from voice.asr import StreamingTranscriber
 from voice.audio import PcmFrame, Resampler, as_pcm16, check_rate
@@ -436,7 +437,11 @@ class VoicePipeline:
                 reply.clauses.put_nowait(clause)
         except asyncio.CancelledError:
             raise
+        except PromptTooLong as err:  # a typed message longer than the model's context
+            reply.failed = True
+            self._emit(PipelineError(str(err), "context_length_exceeded", caller_at_fault=True))
         except Exception as err:
+            reply.failed = True
             self._emit(PipelineError(f"the language model failed: {err!r}", "lm_failed"))
         finally:
             reply.lm_done = True
@@ -534,7 +539,7 @@ class VoicePipeline:
         self.resources.metrics.observe(record)
         if self._on_trace is not None:
             self._on_trace(record)
-        self._emit(ResponseDone(reply.turn_id, text, cancelled, record))
+        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed))
 
     # ----- plumbing --------------------------------------------------------------------------
 

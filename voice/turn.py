@@ -30,6 +30,8 @@ class Reply:
     lm_task: asyncio.Task[None] | None = None
     tts_task: asyncio.Task[None] | None = None
     lm_done: bool = False
+    failed: bool = False
+    """The LM failed on it; its response ends as failed, not completed."""
     paused: bool = False
     """A barge-in stopped the audio; the reply is dropped once the interruption proves to be speech."""
     paused_at_sample: int = 0

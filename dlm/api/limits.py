@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from dlm.api.errors import APIError, bad_request
+from dlm.api.json_text import JsonTextError, loads_client_json
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,9 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
 async def read_json(request: web.Request, max_bytes: int) -> dict[str, Any]:
     raw = await read_body(request, max_bytes)
     try:
-        body = json.loads(raw)
-        json.dumps(body, ensure_ascii=False).encode()  # a lone surrogate ("\ud800") is no Unicode text
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = loads_client_json(raw)
+    except JsonTextError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except UnicodeEncodeError:
-        raise bad_request("request body holds a lone UTF-16 surrogate escape, which is not text",
-                          code="invalid_json") from None
-    except RecursionError:
-        raise bad_request("request body is nested too deeply", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object", code="invalid_json")
     return body

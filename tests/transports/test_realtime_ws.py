@@ -102,6 +102,13 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
              "invalid_request"),
             ("x" * (1 << 20) + "x", "message_too_large"),
             (json.dumps({"type": "input_audio_buffer.commit"}), "input_audio_buffer_commit_empty"),  # had been silent
+            # had been server errors: a lone surrogate had also stayed in the history and failed every later turn
+            (json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "hi \ud800"}]}}), "invalid_json"),
+            ("[" * 50_000 + "]" * 50_000, "invalid_json"),
+            ('{"type": "input_audio_buffer.clear", "n": ' + "9" * 5000 + "}", "invalid_json"),
+            (json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "x" * 16_001}]}}), "invalid_request"),
         ]
         for message, code in cases:
             await ws.send_str(message)
@@ -160,3 +167,28 @@ async def test_abrupt_disconnect_frees_the_session(serve, new_pipeline, question
     await http.close()
     assert await drained(server)
     assert session.closed and session.conversation._closed
+
+
+async def test_text_longer_than_the_context_fails_that_response_only(serve, new_pipeline) -> None:
+    """A typed message the model's context cannot hold: the caller's fault, said so, and that response ends
+    failed (it had been a server_error and a response 'completed' with no words); the next turn is answered."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+
+    async def say(text: str) -> dict[str, Any]:
+        await ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+        await ws.send_json({"type": "response.create"})
+        return await next_event(ws, "response.done", seen)
+
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        failed = await say("peru " * 2000)
+        assert failed["response"]["status"] == "failed"
+        (error,) = [e for e in seen if e["type"] == "error"]
+        assert error["error"]["code"] == "context_length_exceeded"
+        assert error["error"]["type"] == "invalid_request_error"
+        answered = await say("hello")
+        assert answered["response"]["status"] == "completed"
+        assert answered["response"]["output"][0]["content"][0]["transcript"].strip()
+    assert await drained(server)

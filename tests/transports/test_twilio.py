@@ -123,6 +123,8 @@ def test_serializer_round_trips_twilio_messages() -> None:
     (json.dumps({"event": "start", "start": {"streamSid": SID, "mediaFormat": {
         "encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}}), True),
     (json.dumps({"event": "start", "start": {}}), True),
+    ("[" * 5000 + "]" * 5000, False),  # these two had ended the call with a traceback
+    ('{"event": "media", "n": ' + "9" * 5000 + "}", False),
 ])
 def test_serializer_refuses_what_it_cannot_play(message: str, fatal: bool) -> None:
     with pytest.raises(PhoneProtocolError) as err:
@@ -141,4 +143,20 @@ async def test_wrong_media_format_ends_only_that_call(serve, new_pipeline) -> No
             assert ws.close_code == aiohttp.WSCloseCode.UNSUPPORTED_DATA
         async with http.get(url(server, "/healthz")) as health:
             assert (await health.json())["status"] == "ok"
+    assert await drained(server)
+
+
+async def test_marks_that_are_not_ours_leave_the_call_up(serve, new_pipeline) -> None:
+    """'²' is a digit to str.isdigit but not to int(): such a mark name had ended the call with a traceback."""
+    server = await serve(new_pipeline)
+    start = {"event": "start", "start": {"streamSid": SID, "mediaFormat": {
+        "encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/phone/twilio", "ws")) as ws:
+        await ws.send_json(start)
+        for name in ("²:5", "1:" + "9" * 5000, "x"):
+            await ws.send_json({"event": "mark", "streamSid": SID, "mark": {"name": name}})
+        await asyncio.sleep(0.5)
+        async with http.get(url(server, "/healthz")) as health:
+            assert (await health.json())["sessions"] == 1
+        assert not ws.closed
     assert await drained(server)

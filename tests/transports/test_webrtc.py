@@ -120,21 +120,30 @@ async def test_peer_that_vanishes_is_freed(serve, new_pipeline) -> None:
 async def test_bad_offers_are_refused_and_the_server_carries_on(serve, new_pipeline) -> None:
     server = await serve(new_pipeline)
     no_audio = await Client(with_audio=False).offer()
+    offer = await Client().offer()
+    no_fingerprint = "".join(line for line in offer.splitlines(keepends=True) if not line.startswith("a=fingerprint"))
+    sdp = {"Content-Type": "application/sdp"}
     cases = [
-        (b"hello", "invalid_sdp"),
-        (b"v=0\r\nthis is not sdp\r\n", "invalid_sdp"),
-        (b"\xff\xfe", "invalid_sdp"),
-        (no_audio.encode(), "invalid_sdp"),
-        (b"v=0" + b"x" * (70 << 10), "request_too_large"),
+        (b"hello", sdp, "invalid_sdp"),
+        (b"v=0\r\nthis is not sdp\r\n", sdp, "invalid_sdp"),
+        (b"\xff\xfe", sdp, "invalid_sdp"),
+        (no_audio.encode(), sdp, "invalid_sdp"),
+        (b"v=0" + b"x" * (70 << 10), sdp, "request_too_large"),
+        # each of these had been a 500, or (no fingerprint) a 201 whose DTLS failed in the background
+        ((offer + offer).encode(), sdp, "invalid_sdp"),
+        (no_fingerprint.encode(), sdp, "invalid_sdp"),
+        (b"sdp=x", {"Content-Type": "multipart/form-data"}, "invalid_request"),
+        (b"garbage", {"Content-Type": "multipart/form-data; boundary=xyz"}, "invalid_request"),
     ]
     async with aiohttp.ClientSession() as http:
-        for body, code in cases:
-            async with http.post(url(server, CALLS), data=body, headers={"Content-Type": "application/sdp"}) as res:
+        for body, headers, code in cases:
+            async with http.post(url(server, CALLS), data=body, headers=headers) as res:
                 assert res.status in (400, 413)
-                assert (await res.json())["error"]["code"] == code
-        bad_session = aiohttp.FormData({"sdp": no_audio, "session": "{oops"})
-        async with http.post(url(server, CALLS), data=bad_session) as res:
-            assert res.status == 400 and (await res.json())["error"]["code"] == "invalid_json"
+                assert (await res.json())["error"]["code"] == code, body[:40]
+        for session in ("{oops", "[" * 5000 + "]" * 5000):
+            bad_session = aiohttp.FormData({"sdp": no_audio, "session": session})
+            async with http.post(url(server, CALLS), data=bad_session) as res:
+                assert res.status == 400 and (await res.json())["error"]["code"] == "invalid_json"
         assert await drained(server)
         async with http.get(url(server, "/healthz")) as res:
             assert (await res.json())["sessions"] == 0

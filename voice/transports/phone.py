@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from voice.events import AudioCleared, AudioOut, ResponseDone
 from voice.transports.sessions import SESSIONS, Session, SessionLimitError
 
 log = logging.getLogger(__name__)
+_OUR_NUMBER = re.compile(r"[0-9]{1,12}")  # the turn and sample counts our marks carry
 
 MAX_MESSAGE_BYTES = 256 << 10  # a 20 ms media frame is ~250 bytes; anything near this is not a phone
 MEDIA_CHUNK_S = 0.5  # assistant speech goes out in pieces this long (a clause can be many seconds)
@@ -107,8 +109,8 @@ class PhoneCall:
 
     def _on_mark(self, name: str) -> None:
         turn_text, _, samples_text = name.partition(":")
-        if not (turn_text.isdigit() and samples_text.isdigit()):
-            return  # not one of ours
+        if not (_OUR_NUMBER.fullmatch(turn_text) and _OUR_NUMBER.fullmatch(samples_text)):
+            return  # not one of ours ("²" is a digit to isdigit, not to int)
         turn = int(turn_text)
         if turn not in self._cleared:  # marks echoed after a clear were never heard
             self.session.conversation.played(turn, int(samples_text))

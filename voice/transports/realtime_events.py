@@ -15,12 +15,12 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from dlm.api.json_text import JsonTextError, loads_client_json
 from voice.audio import AudioFormatError, Resampler, mulaw_decode, mulaw_encode, pcm_from_bytes
 from voice.events import (
     AudioCleared,
@@ -179,8 +179,8 @@ def parse_client_event(data: str | bytes, max_bytes: int) -> dict[str, Any]:
         raise ClientEventError(f"event of {len(data)} bytes is over the limit of {max_bytes}",
                                code="message_too_large")
     try:
-        event = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        event = loads_client_json(data)
+    except JsonTextError as err:
         raise ClientEventError(f"event is not valid JSON: {err}", code="invalid_json") from None
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         raise ClientEventError("an event must be a JSON object with a string 'type'", code="invalid_event")
@@ -369,7 +369,7 @@ class RealtimeEncoder:
                                          delta=base64.b64encode(self.config.output_format.encode(tail)).decode()))
         self._resampler = None
         self._open_responses.discard(ev.turn_id)
-        status = "cancelled" if ev.cancelled else "completed"
+        status = "cancelled" if ev.cancelled else "failed" if ev.failed else "completed"
         return [*events,
                 self.event("response.output_audio.done", **self._where(ev.turn_id)),
                 self.event("response.output_audio_transcript.done", **self._where(ev.turn_id), transcript=ev.text),

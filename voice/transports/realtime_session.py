@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 MAX_EVENT_BYTES = 1 << 20
 """Largest client event accepted (1 MiB is ~22 s of 24 kHz PCM16 in base64)."""
+MAX_TEXT_CHARS = 16_000
+"""Typed user text a session holds for its next response. Unbounded, four items of 900 KiB took 13 s to
+tokenise on the event loop, stalling every other session, and 250 of them held 170 MB."""
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -112,6 +115,9 @@ class RealtimeSession:
             await self._send(self.encoder.event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
             text = user_text(event)
+            if sum(map(len, self._pending_text)) + len(text) > MAX_TEXT_CHARS:
+                raise ClientEventError(f"the user text waiting for response.create would be over {MAX_TEXT_CHARS} "
+                                       "characters", param="item.content", event_id=event.get("event_id"))
             self._pending_text.append(text)
             item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
             await self._send(self.encoder.event("conversation.item.added", item=item))

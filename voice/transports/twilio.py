@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dlm.api.json_text import JsonTextError, loads_client_json
 from voice.audio import mulaw_decode, mulaw_encode
 from voice.transports.phone import (
     CallAudio,
@@ -35,8 +36,8 @@ class TwilioSerializer:
 
     def parse(self, message: str) -> PhoneEvent | None:
         try:
-            data = json.loads(message)
-        except json.JSONDecodeError as err:
+            data = loads_client_json(message)
+        except JsonTextError as err:
             raise PhoneProtocolError(f"Twilio message is not JSON: {err}") from None
         if not isinstance(data, dict):
             raise PhoneProtocolError("Twilio message is not a JSON object")

@@ -42,6 +42,7 @@ from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 
 from dlm.api.errors import APIError, bad_request
+from dlm.api.json_text import JsonTextError, loads_client_json
 from voice.transports.playout import OnPlayed, Playout
 from voice.transports.realtime_events import ClientEventError, apply_session_update
 from voice.transports.realtime_session import RealtimeSession
@@ -195,10 +196,17 @@ class WebRtcCall:
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
         if not audio:
             raise bad_request("the SDP offer has no audio m-line", param="sdp", code="invalid_sdp")
+        if "a=fingerprint:" not in offer_sdp:  # DTLS could never start: aiortc fails later, in a background task
+            raise bad_request("the SDP offer has no DTLS fingerprint (a=fingerprint)", param="sdp",
+                              code="invalid_sdp")
         if self.config.jitter is not None:
             tune_jitter_buffer(audio[0].receiver, self.config.jitter)
         self.pc.addTrack(self.track)
-        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        try:
+            await self.pc.setLocalDescription(await self.pc.createAnswer())
+        except Exception as err:  # an offer aiortc took but cannot answer (one mid on two m-lines, ...)
+            raise bad_request(f"cannot answer this SDP offer: {err or type(err).__name__}", param="sdp",
+                              code="invalid_sdp") from None
         await self.realtime.start()
         self._spawn(self._close_if_never_connected(), "connect-timeout")
         self._spawn(self._handle_events(), "events-in")
@@ -298,15 +306,18 @@ class WebRtcCall:
 async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any] | None]:
     """The SDP offer and optional session object, from a raw or a form (multipart, as OpenAI's) body."""
     if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        form = await request.post()
+        try:
+            form = await request.post()
+        except ValueError as err:  # no boundary, or a body that does not follow it
+            raise bad_request(f"the form body cannot be read: {err}", code="invalid_request") from None
         sdp, session = form.get("sdp"), form.get("session")
         if not isinstance(sdp, str):
             raise bad_request("multipart offer needs an 'sdp' text field", param="sdp", code="invalid_sdp")
         if session is None:
             return sdp, None
         try:
-            parsed = json.loads(session if isinstance(session, str) else session.file.read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            parsed = loads_client_json(session if isinstance(session, str) else session.file.read())
+        except JsonTextError as err:
             raise bad_request(f"'session' is not valid JSON: {err}", param="session",
                               code="invalid_json") from None
         return sdp, parsed
