@@ -111,8 +111,9 @@ class Conversation(Protocol):
     def events(self) -> AsyncIterator[PipelineEvent]:
         """Every event of the conversation, in order, until :meth:`close`."""
 
-    def played(self, turn_id: int, samples: int) -> None:
-        """The transport reports how much assistant audio actually reached the caller (for barge-in history)."""
+    def played(self, turn_id: int, samples: int, truncated: bool = False) -> None:
+        """The transport reports how much assistant audio actually reached the caller (for barge-in history);
+        reports only grow, except a client's truncation, which says where playback stopped."""
 
     async def commit_turn(self) -> None:
         """End the caller's turn now (manual turn detection, e.g. Realtime input_audio_buffer.commit)."""

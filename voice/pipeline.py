@@ -110,11 +110,11 @@ class VoicePipeline:
         while (event := await self._events.get()) is not None:
             yield event
 
-    def played(self, turn_id: int, samples: int) -> None:
+    def played(self, turn_id: int, samples: int, truncated: bool = False) -> None:
         """``samples``: cumulative count of this turn's assistant audio that reached the caller."""
         reply = self._reply
         if reply is not None and reply.turn_id == turn_id:
-            reply.played_reported = max(reply.played_reported or 0, samples)
+            reply.played_reported = samples if truncated else max(reply.played_reported or 0, samples)
 
     async def commit_turn(self) -> None:
         def commit() -> None:

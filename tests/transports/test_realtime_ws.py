@@ -192,3 +192,26 @@ async def test_text_longer_than_the_context_fails_that_response_only(serve, new_
         assert answered["response"]["status"] == "completed"
         assert answered["response"]["output"][0]["content"][0]["transcript"].strip()
     assert await drained(server)
+
+
+async def test_truncating_a_reply_is_acknowledged_and_checked(serve, new_pipeline) -> None:
+    """A text-started reply's item can be truncated (it had been 'unknown item_id'), the truncation is
+    acknowledged as OpenAI's server does, and a truncation past the audio sent or of a user item is refused."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        await ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}})
+        await ws.send_json({"type": "response.create"})
+        item = (await next_event(ws, "response.done", seen))["response"]["output"][0]["id"]
+        sent_ms = len(reply_audio(seen, seen[-1]["response"]["id"])) * 1000 // 24000
+        await ws.send_json({"type": "conversation.item.truncate", "item_id": item, "content_index": 0,
+                            "audio_end_ms": sent_ms // 2})
+        truncated = await next_event(ws, "conversation.item.truncated", seen)
+        assert truncated["item_id"] == item and truncated["audio_end_ms"] == sent_ms // 2
+        for item_id, end_ms, param in ((item, sent_ms + 1000, "audio_end_ms"), (item, True, "audio_end_ms"),
+                                       ("item_in_turn_1", 0, "item_id")):
+            await ws.send_json({"type": "conversation.item.truncate", "item_id": item_id, "audio_end_ms": end_ms})
+            assert (await next_event(ws, "error", seen))["error"]["param"] == param
+    assert await drained(server)

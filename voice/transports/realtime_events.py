@@ -251,6 +251,7 @@ class RealtimeEncoder:
         self._turn_items: dict[int, str] = {}
         self._sent_confirmed: dict[int, str] = {}
         self._open_responses: set[int] = set()
+        self._responded: set[int] = set()  # turns with a response (whose output item a client may truncate)
         self._resampler: Resampler | None = None
 
     def event_id(self) -> str:
@@ -277,12 +278,9 @@ class RealtimeEncoder:
             self._unclaimed_speech_item = None
         return self._turn_items[turn_id]
 
-    def turn_of_item(self, item_id: str) -> int | None:
-        """The pipeline turn an item id belongs to (for ``conversation.item.truncate``)."""
-        for turn, item in self._turn_items.items():
-            if item_id in (item, self.output_item_id(turn)):
-                return turn
-        return None
+    def turn_of_output_item(self, item_id: str) -> int | None:
+        """The pipeline turn whose assistant item this is (for ``conversation.item.truncate``)."""
+        return next((turn for turn in self._responded if item_id == self.output_item_id(turn)), None)
 
     def _ms(self, at: float) -> int:
         return max(0, round(1000 * (at - self._t0)))
@@ -346,6 +344,7 @@ class RealtimeEncoder:
         if turn_id in self._open_responses:
             return []
         self._open_responses.add(turn_id)
+        self._responded.add(turn_id)
         return [self.event("response.created", response=self._response(turn_id, "in_progress"))]
 
     def _audio_delta(self, ev: AudioOut) -> list[dict[str, Any]]:

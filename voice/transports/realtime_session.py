@@ -65,6 +65,7 @@ class RealtimeSession:
                                        t0=time.monotonic())
         self._pending_text: list[str] = []
         self._sent_samples: dict[int, int] = {}
+        self._truncated: set[int] = set()  # turns the client truncated: what it said it played stands
         self._pump: asyncio.Task[None] | None = None
 
     @property
@@ -128,20 +129,28 @@ class RealtimeSession:
         elif kind in ("response.cancel", "output_audio_buffer.clear"):
             await self.conversation.cancel_response()
         elif kind == "conversation.item.truncate":
-            self._truncate(event)
+            await self._truncate(event)
 
-    def _truncate(self, event: dict[str, Any]) -> None:
-        """The client says how much of a reply it played: the pipeline keeps only that in its history."""
-        turn = self.encoder.turn_of_item(str(event.get("item_id")))
-        end_ms = event.get("audio_end_ms")
+    async def _truncate(self, event: dict[str, Any]) -> None:
+        """The client says how much of a reply it played: the pipeline keeps only that in its history (while
+        the reply is in progress), and later audio sent for it no longer counts as played."""
+        item_id, end_ms, event_id = event.get("item_id"), event.get("audio_end_ms"), event.get("event_id")
+        turn = self.encoder.turn_of_output_item(str(item_id))
         if turn is None:
-            raise ClientEventError(f"unknown item_id {event.get('item_id')!r}", param="item_id",
-                                   event_id=event.get("event_id"))
-        if not isinstance(end_ms, int) or end_ms < 0:
+            raise ClientEventError(f"item_id {item_id!r} is no assistant item of this session (only those can be "
+                                   "truncated)", param="item_id", event_id=event_id)
+        if not isinstance(end_ms, int) or isinstance(end_ms, bool) or end_ms < 0:
             raise ClientEventError("audio_end_ms must be a non-negative integer", param="audio_end_ms",
-                                   event_id=event.get("event_id"))
-        samples = end_ms * self.conversation.output_rate // 1000
-        self.conversation.played(turn, min(samples, self._sent_samples.get(turn, samples)))
+                                   event_id=event_id)
+        rate = self.conversation.output_rate
+        samples, sent = end_ms * rate // 1000, self._sent_samples.get(turn)
+        if sent is not None and samples > sent:
+            raise ClientEventError(f"audio_end_ms {end_ms} is past the {sent * 1000 // rate} ms of audio sent",
+                                   param="audio_end_ms", event_id=event_id)
+        self._truncated.add(turn)
+        self.conversation.played(turn, samples, truncated=True)
+        await self._send(self.encoder.event("conversation.item.truncated", item_id=item_id, content_index=0,
+                                            audio_end_ms=end_ms))
 
     async def _forward_events(self) -> None:
         try:
@@ -160,6 +169,7 @@ class RealtimeSession:
                 # A websocket client plays what it receives; until it truncates, sent counts as played.
                 sent = self._sent_samples.get(ev.turn_id, 0) + len(ev.pcm)
                 self._sent_samples[ev.turn_id] = sent
-                self.conversation.played(ev.turn_id, sent)
+                if ev.turn_id not in self._truncated:
+                    self.conversation.played(ev.turn_id, sent)
         elif isinstance(ev, AudioCleared) and self._sink is not None:
             self._sink.clear()
