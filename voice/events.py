@@ -118,6 +118,10 @@ class Conversation(Protocol):
     async def commit_turn(self) -> None:
         """End the caller's turn now (manual turn detection, e.g. Realtime input_audio_buffer.commit)."""
 
+    def instruct(self, instructions: str) -> None:
+        """The assistant's instructions (its system message) from the next reply on; empty: the configured
+        default (Realtime ``session.instructions``)."""
+
     async def clear_input(self) -> None:
         """Drop buffered caller audio that has not become a turn yet."""
 

@@ -42,13 +42,19 @@ class LmStage:
         self.config = config
         self.session = engine.new_session()
         self.history: list[dict[str, Any]] = []
-        if config.system_prompt:
-            self.history.append({"role": "system", "content": config.system_prompt})
+        self.instruct(config.system_prompt)
         self.tools = ToolSession()
         self._lock = asyncio.Lock()  # one engine call on the session at a time
         self._prefill_wanted: str | None = None
         self._prefilled: str | None = None
         self.calls_redone = 0  # calls decoded again because they carried something the caller did not say
+
+    def instruct(self, instructions: str) -> None:
+        """The system message from now on (none when empty); the session cache keeps what still matches."""
+        if self.history and self.history[0]["role"] == "system":
+            del self.history[0]
+        if instructions:
+            self.history.insert(0, {"role": "system", "content": instructions})
 
     def _stream_options(self) -> dict[str, Any]:
         cfg = self.config

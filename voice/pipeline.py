@@ -126,6 +126,9 @@ class VoicePipeline:
 
         await self._input.put(commit)
 
+    def instruct(self, instructions: str) -> None:
+        self._lm.instruct(instructions or self.config.lm.system_prompt)
+
     async def clear_input(self) -> None:
         def clear() -> None:
             self._vad = TurnDetector(self.config.vad)

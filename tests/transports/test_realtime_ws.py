@@ -14,6 +14,7 @@ from live_server import drained, registry, url
 
 from tests.conftest import demo_answers_correctly
 from voice.audio import resample
+from voice.pipeline import VoicePipeline
 
 TIMEOUT = 60
 
@@ -214,4 +215,23 @@ async def test_truncating_a_reply_is_acknowledged_and_checked(serve, new_pipelin
                                        ("item_in_turn_1", 0, "item_id")):
             await ws.send_json({"type": "conversation.item.truncate", "item_id": item_id, "audio_end_ms": end_ms})
             assert (await next_event(ws, "error", seen))["error"]["param"] == param
+    assert await drained(server)
+
+
+async def test_session_instructions_reach_the_pipeline(serve, resources) -> None:
+    """session.update's instructions had been echoed in session.updated and used nowhere."""
+    told: list[str] = []
+
+    class Recording(VoicePipeline):
+        def instruct(self, instructions: str) -> None:
+            told.append(instructions)
+            super().instruct(instructions)
+
+    server = await serve(lambda: Recording(resources))
+    seen: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        await ws.send_json({"type": "session.update", "session": {"instructions": "answer in one word."}})
+        assert (await next_event(ws, "session.updated", seen))["session"]["instructions"] == "answer in one word."
+    assert told == ["answer in one word."]
     assert await drained(server)

@@ -111,3 +111,19 @@ def test_words_to_say_back_come_out_as_they_were_heard(engine: Engine) -> None:
     finally:
         stage.close()
     assert phrase in said
+
+
+def test_instructions_replace_the_system_message(engine: Engine) -> None:
+    """A Realtime session's instructions are the prompt's system message from then on; none when empty."""
+    stage = LmStage(engine, LmConfig())
+    try:
+        stage.history.append({"role": "user", "content": "hi"})
+        assert stage.history[0] == {"role": "system", "content": LmConfig().system_prompt}
+        stage.instruct("answer in one word.")
+        prompt = engine.tokenizer.decode(engine.prompt_ids(stage.history, None), skip_special=False)
+        assert prompt.startswith("<|im_start|>system\nanswer in one word.<|im_end|>")
+        assert LmConfig().system_prompt not in prompt
+        stage.instruct("")
+        assert [m["role"] for m in stage.history] == ["user"]
+    finally:
+        stage.close()

@@ -97,6 +97,11 @@ class RealtimeSession:
             await self._send(error_event(self.encoder.event_id(), "internal error handling the event",
                                          "server_error", error_type="server_error"))
 
+    def update_session(self, update: Any) -> None:
+        """Apply a Realtime session object; its instructions become the assistant's system message."""
+        self.encoder.config = apply_session_update(self.config, update)
+        self.conversation.instruct(self.config.instructions)
+
     async def _dispatch(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind == "input_audio_buffer.append":
@@ -104,7 +109,7 @@ class RealtimeSession:
             await self.conversation.push_audio(pcm, self.config.input_format.rate)
         elif kind == "session.update":
             try:
-                self.encoder.config = apply_session_update(self.config, event.get("session"))
+                self.update_session(event.get("session"))
             except ClientEventError as err:
                 err.event_id = event.get("event_id")
                 raise

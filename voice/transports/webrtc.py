@@ -44,7 +44,7 @@ from aiortc.mediastreams import MediaStreamError
 from dlm.api.errors import APIError, bad_request
 from dlm.api.json_text import JsonTextError, loads_client_json
 from voice.transports.playout import OnPlayed, Playout
-from voice.transports.realtime_events import ClientEventError, apply_session_update
+from voice.transports.realtime_events import ClientEventError
 from voice.transports.realtime_session import RealtimeSession
 from voice.transports.sessions import SESSIONS, Session, SessionLimitError
 
@@ -346,7 +346,7 @@ async def create_call(request: web.Request) -> web.Response:
     session.on_close(call.close)
     try:
         if session_update is not None:
-            call.realtime.encoder.config = apply_session_update(call.realtime.config, session_update)
+            call.realtime.update_session(session_update)
         answer = await call.answer(offer)
     except ClientEventError as err:
         await session.close()
