@@ -7,7 +7,6 @@ that asks for them would otherwise get an answer that looks right and is not.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +135,7 @@ def _number(obj: dict[str, Any], key: str, low: float, high: float, low_open: bo
     value = obj.get(key)
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise bad_request(f"'{key}' must be a number", key)
     if value > high or value < low or (low_open and value == low):
         bracket = "(" if low_open else "["

@@ -71,7 +71,8 @@ async def test_two_turn_conversation(serve, new_pipeline, question) -> None:
         # Turn 2: a typed message, as Realtime clients send text.
         await ws.send_json({"type": "conversation.item.create", "item": {
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": "And of Spain?"}]}})
-        await next_event(ws, "conversation.item.added", seen)
+        added = await next_event(ws, "conversation.item.added", seen)
+        assert (await next_event(ws, "conversation.item.done", seen))["item"]["id"] == added["item"]["id"]
         await ws.send_json({"type": "response.create"})
         second = await next_event(ws, "response.done", seen)
         assert second["response"]["id"] != done["response"]["id"]

@@ -115,6 +115,9 @@ def test_serializer_round_trips_twilio_messages() -> None:
     assert twilio.parse(twilio.mark("3:4800")) == CallMark("3:4800")
     assert json.loads(twilio.clear()) == {"event": "clear", "streamSid": SID}
     assert twilio.parse(json.dumps({"event": "stop"})) == CallStopped()
+    with pytest.raises(PhoneProtocolError, match="not this call's") as err:  # had been played into this call
+        twilio.parse(json.dumps({"event": "media", "streamSid": "MZ-other", "media": {"payload": ""}}))
+    assert not err.value.fatal
 
 
 @pytest.mark.parametrize("message, fatal", [

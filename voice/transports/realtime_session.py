@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -64,6 +65,7 @@ class RealtimeSession:
         self.encoder = RealtimeEncoder(SessionConfig(id=session.id), audio_in_events=sink is None,
                                        t0=time.monotonic())
         self._pending_text: list[str] = []
+        self._text_items = itertools.count(1)
         self._sent_samples: dict[int, int] = {}
         self._truncated: set[int] = set()  # turns the client truncated: what it said it played stands
         self._pump: asyncio.Task[None] | None = None
@@ -125,8 +127,10 @@ class RealtimeSession:
                 raise ClientEventError(f"the user text waiting for response.create would be over {MAX_TEXT_CHARS} "
                                        "characters", param="item.content", event_id=event.get("event_id"))
             self._pending_text.append(text)
-            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+            item = {"id": f"item_text_{next(self._text_items)}", "type": "message", "role": "user",
+                    "status": "completed", "content": [{"type": "input_text", "text": text}]}
             await self._send(self.encoder.event("conversation.item.added", item=item))
+            await self._send(self.encoder.event("conversation.item.done", item=item))
         elif kind == "response.create":
             text = " ".join(self._pending_text) or None
             self._pending_text.clear()

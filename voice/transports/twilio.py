@@ -72,6 +72,8 @@ class TwilioSerializer:
         media = data.get("media")
         if not isinstance(media, dict) or media.get("track", "inbound") != "inbound":
             return None
+        if data.get("streamSid", self.stream_sid) != self.stream_sid:
+            raise PhoneProtocolError(f"media for stream {data.get('streamSid')!r}, not this call's")
         try:
             payload = base64.b64decode(media.get("payload", ""), validate=True)
         except (binascii.Error, ValueError, TypeError):
