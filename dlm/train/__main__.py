@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from dlm.train.candidates import train_with_candidates
-from dlm.train.config import load_run_config
+from dlm.train.config import RunConfig, load_run_config
 from dlm.train.train import train
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Every bad config, path or value is one line on stderr and exit status 2, not a traceback."""
     parser = argparse.ArgumentParser(prog="python -m dlm.train", description=__doc__)
     parser.add_argument("--config", required=True, help="a TOML run config, e.g. configs/demo.toml")
     parser.add_argument("--resume", action="store_true", help="continue from the state file in state_dir")
@@ -20,6 +23,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--init-from", help="fine-tune this checkpoint directory (its tokenizer and weights; "
                                             "override [train] init_from)")
     args = parser.parse_args(argv)
+    for flag in ("steps", "stop_after"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    try:
+        run = _configured(args)
+        run_training = train_with_candidates if run.curriculum.candidates > 1 else train
+        result = run_training(run, resume=args.resume, stop_after=args.stop_after)
+    except (OSError, ValueError) as err:  # a config, checkpoint or directory that cannot be used
+        sys.exit(f"error: {err}")
+    print(f"trained {result.steps} steps in {result.seconds / 60:.1f} min, final loss {result.final_loss:.3f}; "
+          f"checkpoint in {result.out_dir}")
+
+
+def _configured(args: argparse.Namespace) -> RunConfig:
     run = load_run_config(args.config)
     if args.steps is not None:
         run.train.steps = args.steps
@@ -27,10 +44,13 @@ def main(argv: list[str] | None = None) -> None:
         run.train.out_dir = args.out
     if args.init_from is not None:
         run.train.init_from = args.init_from
-    run_training = train_with_candidates if run.curriculum.candidates > 1 else train
-    result = run_training(run, resume=args.resume, stop_after=args.stop_after)
-    print(f"trained {result.steps} steps in {result.seconds / 60:.1f} min, final loss {result.final_loss:.3f}; "
-          f"checkpoint in {result.out_dir}")
+        if not Path(args.init_from).is_dir():
+            raise ValueError(f"--init-from {args.init_from}: no such checkpoint directory")
+    state = Path(run.train.state_dir) / "state.pt"
+    if state.exists() and not args.resume:  # a fresh run would overwrite it
+        raise ValueError(f"{state} already holds a run: pass --resume to continue it, or name another [train] "
+                         "state_dir")
+    return run
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ class ShapeConfig:
 
 @dataclass
 class OptimConfig:
-    out_dir: str = "dlm/assets/demo"
-    state_dir: str = "runs/demo"
+    out_dir: str = "runs/train"  # configs/demo.toml names dlm/assets/demo; a default must not overwrite it
+    state_dir: str = "runs/train-state"
     seed: int = 0
     steps: int = 2500
     batch_size: int = 16
@@ -92,12 +92,28 @@ class RunConfig:
         return asdict(self)
 
 
+_AT_LEAST_ONE = {"train_examples", "vocab_size", "max_length", "hidden_size", "num_layers", "num_heads",
+                 "num_kv_heads", "head_dim", "intermediate_size", "block_size", "steps", "batch_size",
+                 "checkpoint_every", "threads", "examples"}
+
+
 def _section(cls: type, raw: dict[str, Any], name: str) -> Any:
-    known = {f.name for f in fields(cls)}
-    unknown = set(raw) - known
+    """The section's dataclass, each value of its default's type (an int where a float is expected), counts
+    at least 1: a wrong one had surfaced as a ZeroDivisionError or TypeError minutes into a run."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(raw) - set(known)
     if unknown:
         raise ValueError(f"[{name}]: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-    return cls(**raw)
+    section = cls(**raw)
+    defaults = cls()
+    for key, value in raw.items():
+        expected = type(getattr(defaults, key))
+        fits = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+        if not (fits or (expected is float and isinstance(value, int) and not isinstance(value, bool))):
+            raise ValueError(f"[{name}] {key} must be of type {expected.__name__}, got {value!r}")
+        if key in _AT_LEAST_ONE and value < 1:
+            raise ValueError(f"[{name}] {key} must be at least 1, got {value}")
+    return section
 
 
 def from_dict(raw: dict[str, Any]) -> RunConfig:
@@ -109,6 +125,10 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
                     _section(ShapeConfig, raw.get("model", {}), "model"),
                     _section(OptimConfig, raw.get("train", {}), "train"),
                     _section(CurriculumConfig, raw.get("curriculum", {}), "curriculum"))
+    if not run.train.block_sizes or any(not isinstance(b, int) or b < 1 for b in run.train.block_sizes):
+        raise ValueError("[train] block_sizes must be a non-empty list of block sizes >= 1")
+    if run.train.max_minutes <= 0:
+        raise ValueError("[train] max_minutes must be > 0")
     if run.train.loss_weighting not in ("masked_mean", "inverse_t"):
         raise ValueError("[train] loss_weighting must be 'masked_mean' or 'inverse_t'")
     if run.curriculum.steps and not run.curriculum.intents:

@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from dlm.checkpoint import load_checkpoint, save_checkpoint
+from dlm.checkpoint import load_checkpoint, load_config, save_checkpoint
 from dlm.config import ModelConfig
 from dlm.model import Transformer
 from dlm.train.config import CurriculumConfig, OptimConfig, RunConfig
@@ -124,6 +124,16 @@ class Phase(NamedTuple):
     corpus: list[Encoded]
 
 
+def check_shape(run: RunConfig, source: ModelConfig) -> None:
+    """Refuse a checkpoint to fine-tune whose shape is not the run's [model]."""
+    differing = [f"{name} {getattr(source, name)} (the run's {getattr(run.model, name)})"
+                 for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size")
+                 if getattr(source, name) != getattr(run.model, name)]
+    if differing:
+        raise ValueError(f"[train] init_from {run.train.init_from}: its shape is not the run's [model]: "
+                         f"{', '.join(differing)}")
+
+
 def load_weights(model: Transformer, checkpoint: Path) -> None:
     """The weights of the checkpoint being fine-tuned, in the fresh model's fp32."""
     source, _ = load_checkpoint(checkpoint)
@@ -147,6 +157,7 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
         source = Path(run.train.init_from) / "tokenizer.json"
         if not source.is_file():
             raise ValueError(f"[train] init_from {run.train.init_from}: no tokenizer.json there")
+        check_shape(run, load_config(run.train.init_from))  # before its tokenizer replaces the run's
         tokenizer = Tokenizer.from_file(str(source))
     else:
         renderer = DialogueEncoder(None)  # type: ignore[arg-type]

@@ -1,0 +1,51 @@
+"""`python -m dlm.train` refuses a bad config, path or value in one line, before any work and before it could
+overwrite anything (each had been a traceback, some minutes into a run, or a silent overwrite)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlm.train.__main__ import main
+from dlm.train.config import from_dict
+
+
+def refusal(tmp_path: Path, toml: str, *flags: str) -> str:
+    config = tmp_path / "run.toml"
+    config.write_text(toml)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", str(config), *flags])
+    return str(exit_.value.code)
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ("[train]\nbatch_size = 0\n", "[train] batch_size must be at least 1"),  # had been a ZeroDivisionError
+    ('[train]\nsteps = "five"\n', "[train] steps must be of type int, got 'five'"),
+    ('[train]\ncompile = "no"\n', "[train] compile must be of type bool"),  # a truthy string had compiled
+    ("[train]\nblock_sizes = []\n", "block_sizes must be a non-empty list"),
+    ("[train\n", "error: "),  # not TOML
+])
+def test_a_bad_config_is_one_line(tmp_path: Path, toml: str, message: str) -> None:
+    assert message in refusal(tmp_path, toml)
+
+
+def test_a_fresh_run_does_not_overwrite_a_run_in_its_state_dir(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.pt").write_bytes(b"a run")
+    toml = f'[train]\nstate_dir = "{state}"\nout_dir = "{tmp_path / "out"}"\n'
+    assert "already holds a run: pass --resume" in refusal(tmp_path, toml)
+    assert (state / "state.pt").read_bytes() == b"a run"
+
+
+def test_bad_flags_and_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert refusal(tmp_path, "", "--steps", "0") == "2"  # --steps 0 had exported an untrained checkpoint
+    assert "--steps must be at least 1" in capsys.readouterr().err
+    assert "no such checkpoint directory" in refusal(tmp_path, "", "--init-from", str(tmp_path / "nope"))
+    with pytest.raises(SystemExit, match="No such file"):
+        main(["--config", str(tmp_path / "missing.toml")])
+
+
+def test_the_default_output_is_not_the_shipped_checkpoint() -> None:
+    assert "dlm/assets/demo" not in (from_dict({}).train.out_dir, from_dict({}).train.state_dir)
