@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from dlm.train.candidates import train_with_candidates
@@ -31,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         run_training = train_with_candidates if run.curriculum.candidates > 1 else train
         result = run_training(run, resume=args.resume, stop_after=args.stop_after)
     except (OSError, ValueError) as err:  # a config, checkpoint or directory that cannot be used
-        sys.exit(f"error: {err}")
+        parser.exit(2, f"error: {err}\n")
     print(f"trained {result.steps} steps in {result.seconds / 60:.1f} min, final loss {result.final_loss:.3f}; "
           f"checkpoint in {result.out_dir}")
 

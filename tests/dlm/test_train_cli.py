@@ -11,12 +11,20 @@ from dlm.train.__main__ import main
 from dlm.train.config import from_dict
 
 
-def refusal(tmp_path: Path, toml: str, *flags: str) -> str:
-    config = tmp_path / "run.toml"
-    config.write_text(toml)
-    with pytest.raises(SystemExit) as exit_:
-        main(["--config", str(config), *flags])
-    return str(exit_.value.code)
+@pytest.fixture
+def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """The one line `python -m dlm.train --config <toml> <flags>` answers with, having exited 2."""
+    def refused(toml: str, *flags: str, config: Path | None = None) -> str:
+        if config is None:
+            config = tmp_path / "run.toml"
+            config.write_text(toml)
+        with pytest.raises(SystemExit) as exit_:
+            main(["--config", str(config), *flags])
+        assert exit_.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+        return line
+
+    return refused
 
 
 @pytest.mark.parametrize(("toml", "message"), [
@@ -26,25 +34,23 @@ def refusal(tmp_path: Path, toml: str, *flags: str) -> str:
     ("[train]\nblock_sizes = []\n", "block_sizes must be a non-empty list"),
     ("[train\n", "error: "),  # not TOML
 ])
-def test_a_bad_config_is_one_line(tmp_path: Path, toml: str, message: str) -> None:
-    assert message in refusal(tmp_path, toml)
+def test_a_bad_config_is_one_line(refusal, toml: str, message: str) -> None:
+    assert message in refusal(toml)
 
 
-def test_a_fresh_run_does_not_overwrite_a_run_in_its_state_dir(tmp_path: Path) -> None:
+def test_a_fresh_run_does_not_overwrite_a_run_in_its_state_dir(tmp_path: Path, refusal) -> None:
     state = tmp_path / "state"
     state.mkdir()
     (state / "state.pt").write_bytes(b"a run")
     toml = f'[train]\nstate_dir = "{state}"\nout_dir = "{tmp_path / "out"}"\n'
-    assert "already holds a run: pass --resume" in refusal(tmp_path, toml)
+    assert "already holds a run: pass --resume" in refusal(toml)
     assert (state / "state.pt").read_bytes() == b"a run"
 
 
-def test_bad_flags_and_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert refusal(tmp_path, "", "--steps", "0") == "2"  # --steps 0 had exported an untrained checkpoint
-    assert "--steps must be at least 1" in capsys.readouterr().err
-    assert "no such checkpoint directory" in refusal(tmp_path, "", "--init-from", str(tmp_path / "nope"))
-    with pytest.raises(SystemExit, match="No such file"):
-        main(["--config", str(tmp_path / "missing.toml")])
+def test_bad_flags_and_paths(tmp_path: Path, refusal) -> None:
+    assert "--steps must be at least 1" in refusal("", "--steps", "0")  # had exported an untrained checkpoint
+    assert "no such checkpoint directory" in refusal("", "--init-from", str(tmp_path / "nope"))
+    assert "No such file" in refusal("", config=tmp_path / "missing.toml")
 
 
 def test_the_default_output_is_not_the_shipped_checkpoint() -> None:
