@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from dlm.config import CheckpointError
 from dlm.decoding.logit_bias import reply_copy_bias
-from dlm.engine import Engine
+from dlm.engine import Engine, PromptTooLong
 from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCallSplitter, run_tool_call
@@ -44,7 +44,9 @@ class TerminalChat:
         self.history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
 
     def turn(self, user_text: str) -> TurnTiming:
-        """Answer one user message, running up to MAX_TOOL_ROUNDS tool calls on the way."""
+        """Answer one user message, running up to MAX_TOOL_ROUNDS tool calls on the way. A message the
+        context cannot hold raises PromptTooLong and leaves the history as it was."""
+        mark = len(self.history)
         self.history.append({"role": "user", "content": user_text})
         timing, started = TurnTiming(), time.monotonic()
         reply = ""
@@ -52,7 +54,12 @@ class TerminalChat:
             self._fit_history()
             round_ = _Round(self._show, timing, started)
             bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, asking_words=ASKING_WORDS)
-            self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias, **self.options)
+            try:
+                self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias,
+                                     **self.options)
+            except PromptTooLong:
+                del self.history[mark:]
+                raise
             reply += round_.finish()
             if round_.call_body is None:
                 break
@@ -107,7 +114,13 @@ def run_chat(engine: Engine, lines: Iterable[str], out: TextIO, effort: str | No
         if not text:
             break
         out.write("assistant> ")
-        timing = chat.turn(text)
+        try:
+            timing = chat.turn(text)
+        except PromptTooLong as err:  # one message too long for the model: say so and go on chatting
+            out.write(f"(error: {err}; say it in fewer words)\n")
+            if prompt is not None:
+                prompt()
+            continue
         first = "-" if timing.first_block_ms is None else f"{timing.first_block_ms:.0f} ms"
         out.write(f"\n  (first block {first}, total {timing.total_ms:.0f} ms)\n")
         timings.append(timing)

@@ -71,3 +71,11 @@ def test_fit_history_drops_whole_exchanges_from_the_oldest_and_keeps_the_system_
     assert [m["content"] for m in history] == ["s", "b", "rb", "c"]
     fit_history(history, len, budget=0)  # the newest message stays whatever the budget
     assert [m["content"] for m in history] == ["s", "c"]
+
+
+def test_a_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(engine: Engine) -> None:
+    """It had ended the chat with a traceback, and the conversation with it."""
+    out = io.StringIO()
+    timings = run_chat(engine, ["hi " * 140, "what is 2 plus 2", ""], out)
+    assert "leaves no room in the context" in out.getvalue() and "say it in fewer words" in out.getvalue()
+    assert len(timings) == 1  # the second message was answered
