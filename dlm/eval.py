@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
+from dlm.cli_args import at_least_one, output_path
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
@@ -234,7 +236,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
     passes = dict.fromkeys(efforts, 0)
     compiled = CompiledSchema(assistant.call_schema)
     constrained_tokens = constrained_passes = 0
-    for example in examples:
+    for example in tqdm(examples, desc="held-out dialogues", unit="dialogue", leave=False):
         ask = example.last_user_index() + 1
         prompt = assistant.prompt(example, ask)
         answer_prompt = assistant.prompt(example, len(example.messages) - 1) if example.call else None
@@ -341,10 +343,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlm.eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint directory (default: the demo)")
-    parser.add_argument("--json", help="also write the figures to this JSON file")
-    parser.add_argument("--failures", help="also write the dialogues the headline effort got wrong (calls "
+    parser.add_argument("--json", type=output_path, help="also write the figures to this JSON file")
+    parser.add_argument("--failures", type=output_path, help="also write the dialogues the headline effort got wrong (calls "
                                            "grounded) to this JSON-lines file: asked, expected, said")
-    parser.add_argument("--limit", type=int, default=200, help="held-out dialogues to evaluate")
+    parser.add_argument("--limit", type=at_least_one, default=200, help="held-out dialogues to evaluate")
     parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--block-size", type=int, help="decode with this block size instead of the config's")

@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dlm.cli_args import output_path
+
 PROMPTS = [
     "What is the capital of France?",
     "Give me one tip for sleeping better.",
@@ -119,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="requests per client at each level")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--json", type=output_path, help="write the results here")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,10 +14,10 @@ import argparse
 import json
 import re
 import statistics
-from pathlib import Path
 
 import numpy as np
 
+from dlm.cli_args import output_path
 from voice.asr import ASR_RATE, WHISPER_WINDOW_S, WhisperAsr
 from voice.tts import PiperTts, TtsConfig
 
@@ -51,7 +51,7 @@ def word_errors(reference: str, heard: str) -> tuple[int, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--windows", default="30,10", help="encoder windows to compare, seconds (default 30,10)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=output_path, help="also write the figures here")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,10 +12,10 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+from dlm.cli_args import output_path
 from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.engine import Engine
 from dlm.eval import DEFAULT_MODEL, MAX_NEW_TOKENS
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replies", type=int, default=40, help="held-out replies after a tool result")
     parser.add_argument("--repeats", type=int, default=3, help="times each reply is decoded each way")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=output_path, help="also write the figures here")
 
 
 def run(args: argparse.Namespace) -> int:

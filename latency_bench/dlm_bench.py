@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
+from dlm.cli_args import output_path
 from dlm.config import ModelConfig
 from dlm.decoding.prefill import prefill_blocks
 from dlm.decoding.schedule import transfer_counts
@@ -254,7 +255,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--json", dest="json_out", default=None, help="write the report here")
+    p.add_argument("--json", dest="json_out", type=output_path, default=None, help="write the report here")
 
 
 def run(args: argparse.Namespace) -> int:

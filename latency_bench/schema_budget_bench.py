@@ -22,6 +22,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from dlm.cli_args import output_path
 from dlm.constrained.json_prefix import State
 from dlm.constrained.token_constraint import TokenGrammar, vocab_strings
 
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slack", type=int, default=8,
                         help="budget = the tokens the shortest instance needs + this many")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random picks")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=output_path, help="also write the figures here")
 
 
 def form_schema(fields: int, free_keys: bool) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from dlm.cli_args import output_path
 from dlm.train.config import RunConfig, load_run_config
 from dlm.train.encode import Encoded
 from dlm.train.train import BatchSource, build_model, new_optimizer, optimise, prepare_data, training_batch
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=60, help="timed steps per mode after the warm-up")
     parser.add_argument("--examples", type=int, default=3000, help="dialogues the batches are drawn from")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=output_path, help="also write the figures here")
 
 
 class Trainer:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from dlm.cli_args import output_path
 from voice.config import PipelineConfig, load_config
 from voice.file_mode import CALLER_RATE, FileModeOptions, run_files
 from voice.pipeline import VoicePipeline
@@ -129,8 +129,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=int, default=6, help="spoken questions per variant (default 6)")
     p.add_argument("--config", default="cpu-demo", help="configs/NAME.toml (default cpu-demo)")
     p.add_argument("--fast", action="store_true", help="do not wait for the clock (functional check only)")
-    p.add_argument("--json", type=Path, help="write the summaries, ratios and every trace here")
-    p.add_argument("--plot", type=Path, help="write a stacked-bar SVG of the p50 stage times here")
+    p.add_argument("--json", type=output_path, help="write the summaries, ratios and every trace here")
+    p.add_argument("--plot", type=output_path, help="write a stacked-bar SVG of the p50 stage times here")
 
 
 def run(args: argparse.Namespace) -> int:

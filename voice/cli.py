@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlm.cli_args import output_path
 from voice.config import ConfigError
 
 if TYPE_CHECKING:
@@ -35,8 +36,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="speak WAV files into the pipeline; write what the caller heard")
     run.add_argument("inputs", nargs="+", type=Path, metavar="INPUT.wav",
                      help="16-bit mono WAV files, spoken as successive turns of one conversation")
-    run.add_argument("--out", type=Path, help="WAV file for the assistant's audio, time-aligned with the input")
-    run.add_argument("--trace", type=Path, help="append one JSON line per turn to this file")
+    run.add_argument("--out", type=output_path, help="WAV file for the assistant's audio, time-aligned with the input")
+    run.add_argument("--trace", type=output_path, help="append one JSON line per turn to this file")
     run.add_argument("--fast", action="store_true",
                      help="do not wait for the clock: compute time takes no room on the timeline")
     run.add_argument("--barge-in-at", type=float, metavar="SECONDS",
