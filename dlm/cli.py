@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from dlm.cli_args import finite_float
+
 DEMO_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "demo"
 
 
@@ -30,12 +32,12 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--first-block-size", type=int, default=None, help="a smaller first block (block schedule)")
     knob = p.add_mutually_exclusive_group()
     knob.add_argument("--passes-per-block", type=int, default=None)
-    knob.add_argument("--threshold", type=float, default=None, help="commit every position above this confidence")
-    knob.add_argument("--factor", type=float, default=None,
+    knob.add_argument("--threshold", type=finite_float, default=None, help="commit every position above this confidence")
+    knob.add_argument("--factor", type=finite_float, default=None,
                       help="commit by the factor rule: the n most confident while (n+1)(1-confidence) < factor")
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=finite_float, default=0.0)
+    p.add_argument("--top-p", type=finite_float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     p.add_argument("--kernels", choices=("auto", "torch", "triton"), default="auto",
@@ -54,7 +56,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         return 2
     try:
         engine = Engine.from_dir(args.model, dtype=args.dtype, kernels=args.kernels, cuda_graphs=args.cuda_graphs)
-    except (CheckpointError, RuntimeError) as exc:
+    except (CheckpointError, RuntimeError, ValueError) as exc:  # ValueError: an unknown --dtype
         print(f"error: {exc}", file=sys.stderr)
         return 2
     prompt = [{"role": "user", "content": args.prompt}] if args.prompt is not None else args.raw

@@ -7,6 +7,7 @@ traceback only after all of that work, losing it, and `--limit 0` had evaluated 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -30,4 +31,21 @@ def at_least_one(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    value = at_least_one(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value

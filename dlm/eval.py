@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
-from dlm.cli_args import at_least_one, output_path
+from dlm.cli_args import at_least_one, finite_float, output_path
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
@@ -354,10 +354,10 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"comma-separated efforts to decode at (default: all; headline figures are "
                              f"{DEFAULT_EFFORT}'s, or the first one's)")
     rule = parser.add_mutually_exclusive_group()
-    rule.add_argument("--threshold", type=float, help="decode with this confidence threshold instead of the "
+    rule.add_argument("--threshold", type=finite_float, help="decode with this confidence threshold instead of the "
                                                       "efforts' own rules")
-    rule.add_argument("--factor", type=float, help="decode with the factor rule at this factor instead")
-    parser.add_argument("--copy-bias", type=float, default=COPY_FOLLOW,
+    rule.add_argument("--factor", type=finite_float, help="decode with the factor rule at this factor instead")
+    parser.add_argument("--copy-bias", type=finite_float, default=COPY_FOLLOW,
                         help=f"the replies' copy bias toward the caller's words or the tool's result, a logit "
                              f"(default {COPY_FOLLOW}, as the voice assistant decodes; 0: the bare model)")
     parser.add_argument("--confidence-order", action="store_true",

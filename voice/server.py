@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import is_loopback
+from dlm.cli_args import at_least_one, port
 from voice.transports import phone, realtime_ws, twilio, webrtc
 from voice.transports.sessions import SESSIONS, ConversationFactory, SessionRegistry
 
@@ -149,10 +150,10 @@ async def _close_sessions(app: web.Application) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``serve`` options (the CLI calls this to build its subcommand)."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    parser.add_argument("--port", type=port, default=8080, help="port (default 8080)")
     parser.add_argument("--token", default=None,
                         help=f"bearer token clients must send (or set {TOKEN_ENV}); required off loopback")
-    parser.add_argument("--max-sessions", type=int, default=4, help="concurrent calls before refusing")
+    parser.add_argument("--max-sessions", type=at_least_one, default=4, help="concurrent calls before refusing")
     parser.add_argument("--stun", action="append", default=[], metavar="URL",
                         help="ICE server for WebRTC (e.g. stun:stun.example.org:3478); none by default")
 
@@ -162,7 +163,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         host=host,
         port=getattr(args, "port", 8080),
-        token=getattr(args, "token", None) or os.environ.get(TOKEN_ENV) or None,
+        token=(getattr(args, "token", None) or os.environ.get(TOKEN_ENV) or "").strip() or None,  # blank: none
         max_sessions=getattr(args, "max_sessions", 4),
         webrtc=webrtc.WebRtcConfig(ice_servers=tuple(getattr(args, "stun", ()) or ()),
                                    loopback_only=is_loopback(host)),
@@ -191,7 +192,10 @@ async def _serve(config: ServerConfig, pipeline_config: PipelineConfig) -> None:
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     try:
-        await web.TCPSite(runner, config.host, config.port).start()
+        try:
+            await web.TCPSite(runner, config.host, config.port).start()
+        except OSError as err:  # the port is taken, or the address is not this machine's
+            raise SystemExit(f"error: cannot listen on {config.host}:{config.port}: {err.strerror or err}") from None
         print(f"voice server on http://{config.host}:{config.port}/ (Ctrl-C stops it)", flush=True)
         await asyncio.Event().wait()
     finally:

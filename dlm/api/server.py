@@ -16,6 +16,7 @@ from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
 from dlm.api.state import STATE, ApiState
 from dlm.cli import DEMO_CHECKPOINT
+from dlm.cli_args import at_least_one, finite_float, port
 from dlm.decoding.logit_bias import COPY_FOLLOW
 
 _CREATED = int(time.time())
@@ -70,14 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=demo, required=demo is None,
                    help="checkpoint directory (default: the embedded demo checkpoint)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port, default=8000)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--model-name", help="the id clients send as 'model' (default: the directory name)")
     p.add_argument("--api-key", default=os.environ.get("DLM_API_KEY"),
                    help="bearer token clients must send (required off loopback; default $DLM_API_KEY)")
-    p.add_argument("--max-concurrent", type=int, default=ApiLimits.max_concurrent)
-    p.add_argument("--max-prompt-tokens", type=int, default=ApiLimits.max_prompt_tokens)
-    p.add_argument("--copy-bias", type=float, default=COPY_FOLLOW,
+    p.add_argument("--max-concurrent", type=at_least_one, default=ApiLimits.max_concurrent)
+    p.add_argument("--max-prompt-tokens", type=at_least_one, default=ApiLimits.max_prompt_tokens)
+    p.add_argument("--copy-bias", type=finite_float, default=COPY_FOLLOW,
                    help="logit added to the next token of a phrase a reply is copying from the caller's last "
                         "message or a tool's result (default %(default)s; 0 turns it off)")
     return p
@@ -91,12 +92,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         engine = Engine.from_dir(args.model, args.dtype)
-    except CheckpointError as exc:
+    except (CheckpointError, ValueError) as exc:  # ValueError: an unknown --dtype
         raise SystemExit(f"error: {exc}") from None
     name = args.model_name or os.path.basename(os.path.normpath(args.model))
     limits = ApiLimits(max_concurrent=args.max_concurrent, max_prompt_tokens=args.max_prompt_tokens)
     app = create_app(engine, name, limits, args.api_key, args.copy_bias)
     print(f"serving {name!r} on http://{args.host}:{args.port}/v1", flush=True)
     # handler_cancellation: a client that disconnects cancels its handler, which frees its engine session
-    web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)
+    try:
+        web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        raise SystemExit(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     return 0

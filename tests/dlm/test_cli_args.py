@@ -29,3 +29,39 @@ def test_voice_run_refuses_an_output_it_could_not_write(tmp_path: Path, capsys: 
     with pytest.raises(SystemExit) as exit_:
         voice_main(["run", str(clip), flag, str(tmp_path / "missing" / "x")])
     assert exit_.value.code == 2 and "there is no directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "--prompt", "hi", "--temperature", "nan"],  # had reached torch.multinomial
+    ["serve", "--port", "99999"],  # had been an OverflowError at bind
+    ["serve", "--max-concurrent", "0"],  # had started a server that refused every request
+    ["serve", "--copy-bias", "nan"],  # had started, and garbled every copied reply
+])
+def test_dlm_refuses_values_it_cannot_use(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from dlm.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and "error: argument" in capsys.readouterr().err
+
+
+def test_dlm_generate_names_an_unknown_dtype(capsys: pytest.CaptureFixture[str]) -> None:
+    from dlm.cli import main
+
+    assert main(["generate", "--prompt", "hi", "--dtype", "bogus"]) == 2
+    assert "unknown dtype 'bogus'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["serve", "--port", "0"], ["serve", "--max-sessions", "0"]])
+def test_voice_serve_refuses_values_it_cannot_use(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        voice_main(argv)
+    assert exit_.value.code == 2 and "error: argument" in capsys.readouterr().err
+
+
+def test_a_blank_token_is_no_token(capsys: pytest.CaptureFixture[str]) -> None:
+    """'   ' had been accepted off loopback, and no client could ever send it."""
+    with pytest.raises(SystemExit) as exit_:
+        voice_main(["serve", "--host", "0.0.0.0", "--token", "   "])
+    assert exit_.value.code != 0
+    assert "token" in (str(exit_.value.code) + capsys.readouterr().err).lower()
