@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from dlm.cli_args import finite_float
+from dlm.cli_args import at_least_one, finite_float
 
 DEMO_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "demo"
 
@@ -28,14 +28,14 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt", help="a user message; the checkpoint's chat template is applied")
     src.add_argument("--raw", help="text fed to the model as it is")
     p.add_argument("--effort", choices=("low", "medium", "high"), default=None)
-    p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--first-block-size", type=int, default=None, help="a smaller first block (block schedule)")
+    p.add_argument("--block-size", type=at_least_one, default=None)
+    p.add_argument("--first-block-size", type=at_least_one, default=None, help="a smaller first block (block schedule)")
     knob = p.add_mutually_exclusive_group()
-    knob.add_argument("--passes-per-block", type=int, default=None)
+    knob.add_argument("--passes-per-block", type=at_least_one, default=None)
     knob.add_argument("--threshold", type=finite_float, default=None, help="commit every position above this confidence")
     knob.add_argument("--factor", type=finite_float, default=None,
                       help="commit by the factor rule: the n most confident while (n+1)(1-confidence) < factor")
-    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--max-tokens", type=at_least_one, default=128)
     p.add_argument("--temperature", type=finite_float, default=0.0)
     p.add_argument("--top-p", type=finite_float, default=1.0)
     p.add_argument("--seed", type=int, default=None)

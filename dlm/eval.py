@@ -348,8 +348,8 @@ def main(argv: list[str] | None = None) -> None:
                                            "grounded) to this JSON-lines file: asked, expected, said")
     parser.add_argument("--limit", type=at_least_one, default=200, help="held-out dialogues to evaluate")
     parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--block-size", type=int, help="decode with this block size instead of the config's")
+    parser.add_argument("--threads", type=at_least_one, default=2)
+    parser.add_argument("--block-size", type=at_least_one, help="decode with this block size instead of the config's")
     parser.add_argument("--efforts", default=",".join(EFFORTS),
                         help=f"comma-separated efforts to decode at (default: all; headline figures are "
                              f"{DEFAULT_EFFORT}'s, or the first one's)")

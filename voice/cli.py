@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlm.cli_args import output_path
+from dlm.cli_args import finite_float, output_path
 from voice.config import ConfigError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--trace", type=output_path, help="append one JSON line per turn to this file")
     run.add_argument("--fast", action="store_true",
                      help="do not wait for the clock: compute time takes no room on the timeline")
-    run.add_argument("--barge-in-at", type=float, metavar="SECONDS",
+    run.add_argument("--barge-in-at", type=finite_float, metavar="SECONDS",
                      help="speak each next input this far into the assistant's previous answer")
     run.add_argument("--config", default="default", help="configs/NAME.toml or a TOML path (default: default)")
 

@@ -43,14 +43,16 @@ class FileModeError(ValueError):
 def load_input(path: str | Path) -> np.ndarray:
     """A WAV file as 16 kHz int16 mono, with an error that names the file and the problem."""
     path = Path(path)
+    if path.is_dir():
+        raise FileModeError(f"{path}: a directory, not a WAV file")
     if not path.is_file():
         raise FileModeError(f"{path}: no such file")
     try:
         samples, rate = read_wav(path)
     except (wave.Error, EOFError) as err:
-        raise FileModeError(f"{path}: not a readable WAV file ({err or 'truncated header'})") from None
+        raise FileModeError(f"{path}: not a readable WAV file ({str(err) or 'truncated header'})") from None
     except AudioFormatError as err:
-        raise FileModeError(str(err)) from None
+        raise FileModeError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
     if len(samples) == 0:
         raise FileModeError(f"{path}: the file holds no audio")
     return resample(samples, rate, CALLER_RATE)

@@ -65,3 +65,15 @@ def test_a_blank_token_is_no_token(capsys: pytest.CaptureFixture[str]) -> None:
         voice_main(["serve", "--host", "0.0.0.0", "--token", "   "])
     assert exit_.value.code != 0
     assert "token" in (str(exit_.value.code) + capsys.readouterr().err).lower()
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "--prompt", "hi", "--block-size", "0"],  # had been silently the checkpoint's block size
+    ["generate", "--prompt", "hi", "--passes-per-block", "0"],  # had blamed a missing rule
+])
+def test_dlm_generate_refuses_counts_of_nothing(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from dlm.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err

@@ -45,6 +45,17 @@ def test_missing_and_malformed_inputs_are_named(tmp_path: Path) -> None:
     write_wav(empty, np.zeros(0, dtype=np.int16), 16000)
     with pytest.raises(FileModeError, match="holds no audio"):
         load_input(empty)
+    with pytest.raises(FileModeError, match="a directory, not a WAV file"):  # had said "no such file"
+        load_input(tmp_path)
+    zero = tmp_path / "zero.wav"
+    zero.write_bytes(b"")
+    with pytest.raises(FileModeError, match=r"zero.wav: not a readable WAV file \(truncated header\)"):  # "()"
+        load_input(zero)
+    odd = tmp_path / "odd.wav"
+    write_wav(odd, np.zeros(100, dtype=np.int16), 16000)
+    odd.write_bytes(odd.read_bytes()[:-1])  # a byte short: the last sample is cut in half
+    with pytest.raises(FileModeError, match="odd.wav: "):  # had not named the file
+        load_input(odd)
 
 
 def test_cli_reports_bad_input_without_loading_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ track to its first decoded frame at the receiver: RTP, Opus and the receive jitt
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection
 
+from dlm.cli_args import at_least_one
 from voice.transports.webrtc import (
     AIORTC_DEFAULT_JITTER,
     WEBRTC_RATE,
@@ -99,8 +101,12 @@ async def compare(tuned: JitterConfig | None = None, pulses: int = 12) -> list[O
             summarise(f"tuned {tuned}", await measure(tuned, pulses))]
 
 
-def main() -> None:
-    for result in asyncio.run(compare()):
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m voice.transports.webrtc_probe", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pulses", type=at_least_one, default=12, help="pulses sent through each buffer")
+    args = parser.parse_args(argv)
+    for result in asyncio.run(compare(pulses=args.pulses)):
         print(json.dumps(asdict(result)))
 
 
