@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dlm.cli_args import output_path
+from dlm.cli_args import at_least_one, output_path
 
 PROMPTS = [
     "What is the capital of France?",
@@ -118,8 +118,8 @@ def _default_model() -> Path:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=_default_model(), help="checkpoint dir (default: the demo)")
     p.add_argument("--clients", default="1,4,16", help="comma-separated concurrency levels")
-    p.add_argument("--rounds", type=int, default=3, help="requests per client at each level")
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--rounds", type=at_least_one, default=3, help="requests per client at each level")
+    p.add_argument("--max-tokens", type=at_least_one, default=48)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--json", type=output_path, help="write the results here")
 

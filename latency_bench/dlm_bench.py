@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
-from dlm.cli_args import output_path
+from dlm.cli_args import at_least_one, output_path
 from dlm.config import ModelConfig
 from dlm.decoding.prefill import prefill_blocks
 from dlm.decoding.schedule import transfer_counts
@@ -247,14 +247,14 @@ def format_table(report: dict) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=sorted(SHAPES), default="cpu-small")
     p.add_argument("--prompt-lengths", default="64,512,2048", help="comma-separated")
-    p.add_argument("--block-size", type=int, default=8)
-    p.add_argument("--passes-per-block", type=int, default=2)
-    p.add_argument("--gen-tokens", type=int, default=32)
-    p.add_argument("--vanilla-canvas", type=int, default=128, help="answer canvas of vanilla diffusion (LLaDA's default)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--block-size", type=at_least_one, default=8)
+    p.add_argument("--passes-per-block", type=at_least_one, default=2)
+    p.add_argument("--gen-tokens", type=at_least_one, default=32)
+    p.add_argument("--vanilla-canvas", type=at_least_one, default=128, help="answer canvas of vanilla diffusion (LLaDA's default)")
+    p.add_argument("--repeats", type=at_least_one, default=5)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=at_least_one, default=None, help="torch threads (default: torch's)")
     p.add_argument("--json", dest="json_out", type=output_path, default=None, help="write the report here")
 
 

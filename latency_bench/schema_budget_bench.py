@@ -22,14 +22,14 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from dlm.cli_args import output_path
+from dlm.cli_args import at_least_one, output_path
 from dlm.constrained.json_prefix import State
 from dlm.constrained.token_constraint import TokenGrammar, vocab_strings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=None, help="whose vocabulary (default: the demo's)")
-    parser.add_argument("--fields", type=int, default=30, help="required string fields of the form")
+    parser.add_argument("--fields", type=at_least_one, default=30, help="required string fields of the form")
     parser.add_argument("--slack", type=int, default=8,
                         help="budget = the tokens the shortest instance needs + this many")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random picks")

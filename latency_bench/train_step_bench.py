@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from dlm.cli_args import output_path
+from dlm.cli_args import at_least_one, output_path
 from dlm.train.config import RunConfig, load_run_config
 from dlm.train.encode import Encoded
 from dlm.train.train import BatchSource, build_model, new_optimizer, optimise, prepare_data, training_batch
@@ -30,9 +30,9 @@ WARMUP_STEPS = 10  # the compiled mode compiles in these (a recompile per new ki
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="configs/demo.toml", help="run config whose shape is timed")
-    parser.add_argument("--steps", type=int, default=60, help="timed steps per mode after the warm-up")
-    parser.add_argument("--examples", type=int, default=3000, help="dialogues the batches are drawn from")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=at_least_one, default=60, help="timed steps per mode after the warm-up")
+    parser.add_argument("--examples", type=at_least_one, default=3000, help="dialogues the batches are drawn from")
+    parser.add_argument("--threads", type=at_least_one, default=2)
     parser.add_argument("--json", type=output_path, help="also write the figures here")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from dlm.cli_args import output_path
+from dlm.cli_args import at_least_one, output_path
 from voice.config import PipelineConfig, load_config
 from voice.file_mode import CALLER_RATE, FileModeOptions, run_files
 from voice.pipeline import VoicePipeline
@@ -126,7 +126,7 @@ def stacked_bars_svg(rep: dict[str, Any]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--turns", type=int, default=6, help="spoken questions per variant (default 6)")
+    p.add_argument("--turns", type=at_least_one, default=6, help="spoken questions per variant (default 6)")
     p.add_argument("--config", default="cpu-demo", help="configs/NAME.toml (default cpu-demo)")
     p.add_argument("--fast", action="store_true", help="do not wait for the clock (functional check only)")
     p.add_argument("--json", type=output_path, help="write the summaries, ratios and every trace here")

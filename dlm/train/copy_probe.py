@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from dlm.cli_args import at_least_one
 from dlm.engine import Engine
 from dlm.eval import DEFAULT_MODEL
 from dlm.train.config import load_run_config
@@ -79,8 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train", type=int, metavar="STEPS", help="first train a fresh model on repeats only")
     parser.add_argument("--config", default="configs/demo.toml", help="model shape and optimiser for --train")
     parser.add_argument("--out", default="runs/copy_probe", help="where --train writes its checkpoint")
-    parser.add_argument("--examples", type=int, default=8000, help="training dialogues for --train")
-    parser.add_argument("--dialogues", type=int, default=100, help="held-out dialogues to score")
+    parser.add_argument("--examples", type=at_least_one, default=8000, help="training dialogues for --train")
+    parser.add_argument("--dialogues", type=at_least_one, default=100, help="held-out dialogues to score")
     args = parser.parse_args(argv)
     model_dir = args.model
     if args.train is not None:
