@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def output_path(text: str) -> Path:
@@ -24,28 +28,24 @@ def output_path(text: str) -> Path:
     return path
 
 
-def at_least_one(text: str) -> int:
+def _checked(text: str, convert: Callable[[str], T], ok: Callable[[T], bool], wanted: str) -> T:
+    """`text` converted, if it converts and the value is `ok`; else argparse's error saying what was wanted."""
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
     return value
+
+
+def at_least_one(text: str) -> int:
+    return _checked(text, int, lambda value: value >= 1, "at least 1")
 
 
 def port(text: str) -> int:
-    value = at_least_one(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {value}")
-    return value
+    return _checked(text, int, lambda value: 1 <= value <= 65535, "a port, 1 to 65535")
 
 
 def finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+    return _checked(text, float, math.isfinite, "a finite number")
