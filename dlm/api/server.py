@@ -65,7 +65,7 @@ async def get_model(request: web.Request) -> web.Response:
     return web.json_response(_model_object(name))
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dlm serve", description="OpenAI-compatible API on a diffusion LM")
     demo = DEMO_CHECKPOINT if (DEMO_CHECKPOINT / "config.json").exists() else None
     p.add_argument("--model", default=demo, required=demo is None,
@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     check_bind(args.host, args.api_key)
     from dlm.config import CheckpointError
     from dlm.engine import Engine  # the engine pulls in torch: only when actually serving
