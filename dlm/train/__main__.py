@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dlm.cli_args import at_least_one
 from dlm.train.candidates import train_with_candidates
 from dlm.train.config import RunConfig, load_run_config
 from dlm.train.train import train
@@ -16,15 +17,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlm.train", description=__doc__)
     parser.add_argument("--config", required=True, help="a TOML run config, e.g. configs/demo.toml")
     parser.add_argument("--resume", action="store_true", help="continue from the state file in state_dir")
-    parser.add_argument("--steps", type=int, help="override [train] steps")
+    parser.add_argument("--steps", type=at_least_one, help="override [train] steps")
     parser.add_argument("--out", help="override [train] out_dir")
-    parser.add_argument("--stop-after", type=int, help="end this session at that step (continue with --resume)")
+    parser.add_argument("--stop-after", type=at_least_one, help="end this session at that step (continue with --resume)")
     parser.add_argument("--init-from", help="fine-tune this checkpoint directory (its tokenizer and weights; "
                                             "override [train] init_from)")
     args = parser.parse_args(argv)
-    for flag in ("steps", "stop_after"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     try:
         run = _configured(args)
         run_training = train_with_candidates if run.curriculum.candidates > 1 else train

@@ -100,8 +100,8 @@ _AT_LEAST_ONE = {"train_examples", "vocab_size", "max_length", "hidden_size", "n
 def _section(cls: type, raw: dict[str, Any], name: str) -> Any:
     """The section's dataclass, each value of its default's type (an int where a float is expected), counts
     at least 1: a wrong one had surfaced as a ZeroDivisionError or TypeError minutes into a run."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = set(raw) - set(known)
+    known = {f.name for f in fields(cls)}
+    unknown = set(raw) - known
     if unknown:
         raise ValueError(f"[{name}]: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     section = cls(**raw)

@@ -48,7 +48,7 @@ def test_a_fresh_run_does_not_overwrite_a_run_in_its_state_dir(tmp_path: Path, r
 
 
 def test_bad_flags_and_paths(tmp_path: Path, refusal) -> None:
-    assert "--steps must be at least 1" in refusal("", "--steps", "0")  # had exported an untrained checkpoint
+    assert "argument --steps: must be at least 1" in refusal("", "--steps", "0")  # had exported an untrained checkpoint
     assert "no such checkpoint directory" in refusal("", "--init-from", str(tmp_path / "nope"))
     assert "No such file" in refusal("", config=tmp_path / "missing.toml")
 
