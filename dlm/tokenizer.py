@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +90,16 @@ class Tokenizer:
         turn there and could write the assistant's or a tool's after it."""
         if self.template is None:
             raise CheckpointError("tokenizer_config.json has no chat_template; use raw text")
-        controls = tuple(token.content for token in self.backend.get_added_tokens_decoder().values())
         return self.template.render(
-            _defused(messages, controls), add_generation_prompt=add_generation_prompt,
-            tools=_defused(tools, controls), bos_token=self.bos_token or "", eos_token=self.eos_token or "",
+            _defused(messages, self.control_texts), add_generation_prompt=add_generation_prompt,
+            tools=_defused(tools, self.control_texts), bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
         )
+
+    @cached_property
+    def control_texts(self) -> tuple[str, ...]:
+        """The added tokens' texts, read once: every prompt render (several per voice turn) defuses them."""
+        return tuple(token.content for token in self.backend.get_added_tokens_decoder().values())
 
     def stop_ids(self, cfg: ModelConfig) -> set[int]:
         """End-of-turn ids: the config's eos ids plus the tokenizer's end-of-turn specials."""

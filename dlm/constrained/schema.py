@@ -210,7 +210,6 @@ class CompiledSchema:
             raise SchemaError(f"required keys {sorted(missing)} are not allowed by additionalProperties false")
         return Node("object", properties=props, required=required, additional=additional)
 
-
     def _can_write(self, text: str) -> bool:
         return self._writable is None or set(text) <= self._writable
 
