@@ -49,3 +49,8 @@ def port(text: str) -> int:
 
 def finite_float(text: str) -> float:
     return _checked(text, float, math.isfinite, "a finite number")
+
+
+def cannot_listen(host: str, port_number: int, err: OSError) -> SystemExit:
+    """The one-line exit for a server whose address is taken or not this machine's, instead of a traceback."""
+    return SystemExit(f"error: cannot listen on {host}:{port_number}: {err.strerror or err}")

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import is_loopback
-from dlm.cli_args import at_least_one, port
+from dlm.cli_args import at_least_one, cannot_listen, port
 from voice.transports import phone, realtime_ws, twilio, webrtc
 from voice.transports.sessions import SESSIONS, ConversationFactory, SessionRegistry
 
@@ -195,7 +195,7 @@ async def _serve(config: ServerConfig, pipeline_config: PipelineConfig) -> None:
         try:
             await web.TCPSite(runner, config.host, config.port).start()
         except OSError as err:  # the port is taken, or the address is not this machine's
-            raise SystemExit(f"error: cannot listen on {config.host}:{config.port}: {err.strerror or err}") from None
+            raise cannot_listen(config.host, config.port, err) from None
         print(f"voice server on http://{config.host}:{config.port}/ (Ctrl-C stops it)", flush=True)
         await asyncio.Event().wait()
     finally:

@@ -16,7 +16,7 @@ from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
 from dlm.api.state import STATE, ApiState
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import at_least_one, finite_float, port
+from dlm.cli_args import at_least_one, cannot_listen, finite_float, port
 from dlm.decoding.logit_bias import COPY_FOLLOW
 
 _CREATED = int(time.time())
@@ -102,5 +102,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)
     except OSError as exc:  # the port is taken, or the address is not this machine's
-        raise SystemExit(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        raise cannot_listen(args.host, args.port, exc) from None
     return 0

@@ -36,3 +36,16 @@ def test_serve_subcommand_serves_models_endpoint():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_taken_port_is_a_one_line_error_not_a_traceback():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        cmd = [sys.executable, "-m", "dlm", "serve", "--model", str(FIXTURES / "sdar" / "checkpoint"),
+               "--port", str(port)]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"error: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
