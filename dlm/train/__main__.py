@@ -7,13 +7,15 @@ import argparse
 from pathlib import Path
 
 from dlm.cli_args import at_least_one
+from dlm.config import CheckpointError
 from dlm.train.candidates import train_with_candidates
-from dlm.train.config import RunConfig, load_run_config
+from dlm.train.config import RunConfig, RunConfigError, load_run_config
 from dlm.train.train import train
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Every bad config, path or value is one line on stderr and exit status 2, not a traceback."""
+    """Every bad config, path or value is one line on stderr and exit status 2, not a traceback (which stays
+    for anything else: a bug must show where it is)."""
     parser = argparse.ArgumentParser(prog="python -m dlm.train", description=__doc__)
     parser.add_argument("--config", required=True, help="a TOML run config, e.g. configs/demo.toml")
     parser.add_argument("--resume", action="store_true", help="continue from the state file in state_dir")
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
         run = _configured(args)
         run_training = train_with_candidates if run.curriculum.candidates > 1 else train
         result = run_training(run, resume=args.resume, stop_after=args.stop_after)
-    except (OSError, ValueError) as err:  # a config, checkpoint or directory that cannot be used
+    except (RunConfigError, CheckpointError, OSError) as err:  # a config, checkpoint or directory unfit to use
         parser.exit(2, f"error: {err}\n")
     print(f"trained {result.steps} steps in {result.seconds / 60:.1f} min, final loss {result.final_loss:.3f}; "
           f"checkpoint in {result.out_dir}")
@@ -42,10 +44,10 @@ def _configured(args: argparse.Namespace) -> RunConfig:
     if args.init_from is not None:
         run.train.init_from = args.init_from
         if not Path(args.init_from).is_dir():
-            raise ValueError(f"--init-from {args.init_from}: no such checkpoint directory")
+            raise RunConfigError(f"--init-from {args.init_from}: no such checkpoint directory")
     state = Path(run.train.state_dir) / "state.pt"
     if state.exists() and not args.resume:  # a fresh run would overwrite it
-        raise ValueError(f"{state} already holds a run: pass --resume to continue it, or name another [train] "
+        raise RunConfigError(f"{state} already holds a run: pass --resume to continue it, or name another [train] "
                          "state_dir")
     return run
 

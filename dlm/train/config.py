@@ -10,6 +10,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dlm.train.data import check_mix
+
+
+class RunConfigError(ValueError):
+    """A run config, or a checkpoint, corpus or directory it names, that training cannot use: `python -m
+    dlm.train` prints it as one line, where any other error (a bug) keeps its traceback."""
+
 
 @dataclass
 class DataConfig:
@@ -103,45 +110,55 @@ def _section(cls: type, raw: dict[str, Any], name: str) -> Any:
     known = {f.name for f in fields(cls)}
     unknown = set(raw) - known
     if unknown:
-        raise ValueError(f"[{name}]: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        raise RunConfigError(f"[{name}]: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     section = cls(**raw)
     defaults = cls()
     for key, value in raw.items():
         expected = type(getattr(defaults, key))
         fits = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
         if not (fits or (expected is float and isinstance(value, int) and not isinstance(value, bool))):
-            raise ValueError(f"[{name}] {key} must be of type {expected.__name__}, got {value!r}")
+            raise RunConfigError(f"[{name}] {key} must be of type {expected.__name__}, got {value!r}")
         if key in _AT_LEAST_ONE and value < 1:
-            raise ValueError(f"[{name}] {key} must be at least 1, got {value}")
+            raise RunConfigError(f"[{name}] {key} must be at least 1, got {value}")
     return section
 
 
 def from_dict(raw: dict[str, Any]) -> RunConfig:
     unknown = set(raw) - {"data", "model", "train", "curriculum"}
     if unknown:
-        raise ValueError(f"unknown config sections {', '.join(sorted(unknown))}; "
+        raise RunConfigError(f"unknown config sections {', '.join(sorted(unknown))}; "
                          "use [data], [model], [train], [curriculum]")
     run = RunConfig(_section(DataConfig, raw.get("data", {}), "data"),
                     _section(ShapeConfig, raw.get("model", {}), "model"),
                     _section(OptimConfig, raw.get("train", {}), "train"),
                     _section(CurriculumConfig, raw.get("curriculum", {}), "curriculum"))
     if not run.train.block_sizes or any(not isinstance(b, int) or b < 1 for b in run.train.block_sizes):
-        raise ValueError("[train] block_sizes must be a non-empty list of block sizes >= 1")
+        raise RunConfigError("[train] block_sizes must be a non-empty list of block sizes >= 1")
     if run.train.max_minutes <= 0:
-        raise ValueError("[train] max_minutes must be > 0")
+        raise RunConfigError("[train] max_minutes must be > 0")
     if run.train.loss_weighting not in ("masked_mean", "inverse_t"):
-        raise ValueError("[train] loss_weighting must be 'masked_mean' or 'inverse_t'")
+        raise RunConfigError("[train] loss_weighting must be 'masked_mean' or 'inverse_t'")
     if run.curriculum.steps and not run.curriculum.intents:
-        raise ValueError("[curriculum] steps needs intents: the first steps train on those intents only")
+        raise RunConfigError("[curriculum] steps needs intents: the first steps train on those intents only")
     if run.curriculum.until_loss < 0 or run.curriculum.loss_window < 1:
-        raise ValueError("[curriculum] until_loss must be >= 0 and loss_window >= 1")
+        raise RunConfigError("[curriculum] until_loss must be >= 0 and loss_window >= 1")
     if run.curriculum.candidates < 1 or (run.curriculum.candidates > 1 and not run.curriculum.steps):
-        raise ValueError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
+        raise RunConfigError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
     if run.curriculum.until_loss and not run.curriculum.steps:
-        raise ValueError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
+        raise RunConfigError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
+    for section, intents, weights in (("data", run.data.intents, run.data.intent_weights),
+                                      ("curriculum", run.curriculum.intents, {})):
+        try:
+            check_mix(intents, weights)
+        except ValueError as err:
+            raise RunConfigError(f"[{section}] {err}") from None
     return run
 
 
 def load_run_config(path: str | Path) -> RunConfig:
     with open(path, "rb") as f:
-        return from_dict(tomllib.load(f))
+        try:
+            raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as err:
+            raise RunConfigError(f"{path}: not valid TOML ({err})") from None
+    return from_dict(raw)

@@ -98,6 +98,17 @@ class Context:
         return json.loads(result)
 
 
+def check_mix(intents: Collection[str], weights: Mapping[str, float]) -> None:
+    """Refuse intents the generator does not know and negative weights (a ValueError naming them)."""
+    from dlm.train.intents import INTENTS
+
+    unknown = (set(intents) | set(weights)) - set(INTENTS)
+    if unknown:
+        raise ValueError(f"unknown intents {', '.join(sorted(unknown))}; known: {', '.join(INTENTS)}")
+    if any(w < 0 for w in weights.values()):
+        raise ValueError("intent weights must not be negative")
+
+
 def generate(split: str, count: int, seed: int, intents: Collection[str] = (),
              weights: Mapping[str, float] | None = None) -> list[Example]:
     """`count` dialogues of `split`, the same for the same seed; `intents` narrows the final turn's intent
@@ -106,11 +117,7 @@ def generate(split: str, count: int, seed: int, intents: Collection[str] = (),
     from dlm.train.intents import INTENTS
 
     weights = weights or {}
-    unknown = (set(intents) | set(weights)) - set(INTENTS)
-    if unknown:
-        raise ValueError(f"unknown intents {', '.join(sorted(unknown))}; known: {', '.join(INTENTS)}")
-    if any(w < 0 for w in weights.values()):
-        raise ValueError("intent weights must not be negative")
+    check_mix(intents, weights)
     rng = random.Random(f"{seed}:{split}")
     names = list(intents or INTENTS)
     mix = [weights.get(n, INTENTS[n][0]) for n in names]

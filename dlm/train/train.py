@@ -23,7 +23,7 @@ from tqdm import tqdm
 from dlm.checkpoint import load_checkpoint, load_config, save_checkpoint
 from dlm.config import ModelConfig
 from dlm.model import Transformer
-from dlm.train.config import CurriculumConfig, OptimConfig, RunConfig
+from dlm.train.config import CurriculumConfig, OptimConfig, RunConfig, RunConfigError
 from dlm.train.data import Example, generate
 from dlm.train.encode import DialogueEncoder, Encoded
 from dlm.train.objective import Batch, diffusion_loss, make_batch
@@ -130,7 +130,7 @@ def check_shape(run: RunConfig, source: ModelConfig) -> None:
                  for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size")
                  if getattr(source, name) != getattr(run.model, name)]
     if differing:
-        raise ValueError(f"[train] init_from {run.train.init_from}: its shape is not the run's [model]: "
+        raise RunConfigError(f"[train] init_from {run.train.init_from}: its shape is not the run's [model]: "
                          f"{', '.join(differing)}")
 
 
@@ -140,7 +140,7 @@ def load_weights(model: Transformer, checkpoint: Path) -> None:
     try:
         model.load_state_dict({name: t.float() for name, t in source.state_dict().items()})
     except RuntimeError as err:
-        raise ValueError(f"[train] init_from {checkpoint}: its shape is not the run's [model] ({err})") from None
+        raise RunConfigError(f"[train] init_from {checkpoint}: its shape is not the run's [model] ({err})") from None
 
 
 def training_corpus(run: RunConfig) -> list[Example]:
@@ -156,7 +156,7 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
     if run.train.init_from:
         source = Path(run.train.init_from) / "tokenizer.json"
         if not source.is_file():
-            raise ValueError(f"[train] init_from {run.train.init_from}: no tokenizer.json there")
+            raise RunConfigError(f"[train] init_from {run.train.init_from}: no tokenizer.json there")
         check_shape(run, load_config(run.train.init_from))  # before its tokenizer replaces the run's
         tokenizer = Tokenizer.from_file(str(source))
     else:
@@ -212,7 +212,7 @@ class BatchSource:
         for phase in phases:
             placeholder = phase.first_step is None and not phase.corpus  # a phase this session never reaches
             if len(phase.corpus) < batch_size and not placeholder:
-                raise ValueError(f"a corpus of {len(phase.corpus)} dialogues (phase {phase.name}) "
+                raise RunConfigError(f"a corpus of {len(phase.corpus)} dialogues (phase {phase.name}) "
                                  f"cannot fill a batch of {batch_size}")
         self.phases, self.batch_size, self.seed = list(phases), batch_size, seed
         self._cached: tuple[tuple[int, int], list[list[int]]] = ((-1, -1), [])

@@ -32,7 +32,10 @@ def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     ('[train]\nsteps = "five"\n', "[train] steps must be of type int, got 'five'"),
     ('[train]\ncompile = "no"\n', "[train] compile must be of type bool"),  # a truthy string had compiled
     ("[train]\nblock_sizes = []\n", "block_sizes must be a non-empty list"),
-    ("[train\n", "error: "),  # not TOML
+    ("[train\n", "not valid TOML"),
+    ('[data]\nintents = ["weather"]\n', "[data] unknown intents weather"),  # had failed after the tokenizer
+    ("[data]\nintent_weights = { repeat = -1 }\n", "[data] intent weights must not be negative"),
+    ('[curriculum]\nintents = ["repaet"]\nsteps = 10\n', "[curriculum] unknown intents repaet"),
 ])
 def test_a_bad_config_is_one_line(refusal, toml: str, message: str) -> None:
     assert message in refusal(toml)
