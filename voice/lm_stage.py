@@ -47,6 +47,7 @@ class LmStage:
         self._lock = asyncio.Lock()  # one engine call on the session at a time
         self._prefill_wanted: str | None = None
         self._prefilled: str | None = None
+        self._reply_message: dict[str, Any] | None = None  # what the last record_reply added, for amend_last_reply
         self.calls_redone = 0  # calls decoded again because they carried something the caller did not say
 
     def instruct(self, instructions: str) -> None:
@@ -177,17 +178,23 @@ class LmStage:
 
     def record_reply(self, text: str) -> None:
         """The assistant's final message of this turn: the words the caller heard."""
-        if text.strip():
-            self.history.append({"role": "assistant", "content": text.strip()})
+        self._reply_message = {"role": "assistant", "content": text.strip()} if text.strip() else None
+        if self._reply_message is not None:
+            self.history.append(self._reply_message)
 
     def amend_last_reply(self, text: str) -> None:
-        """A barge-in after the reply was recorded: keep only ``text`` of it."""
-        last = self.history[-1] if self.history else None
-        if last is not None and last["role"] == "assistant" and not last.get("tool_calls"):
-            if text.strip():
-                last["content"] = text.strip()
-            else:
-                self.history.pop()
+        """A barge-in or truncation after the reply was recorded: keep only ``text`` of it (nothing: forget it).
+
+        Only the message the last :meth:`record_reply` added is touched, so a reply that said nothing, or one
+        already forgotten, never amends the reply before it.
+        """
+        at = next((i for i, m in enumerate(self.history) if m is self._reply_message), None)
+        if at is None:
+            return
+        if text.strip():
+            self.history[at]["content"] = text.strip()
+        else:
+            del self.history[at]
 
     def close(self) -> None:
         self.session.release()

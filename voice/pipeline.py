@@ -111,10 +111,18 @@ class VoicePipeline:
             yield event
 
     def played(self, turn_id: int, samples: int, truncated: bool = False) -> None:
-        """``samples``: cumulative count of this turn's assistant audio that reached the caller."""
+        """``samples``: cumulative count of this turn's assistant audio that reached the caller.
+
+        A truncation says where playback stopped. A reply still in progress keeps only the words played when
+        it is cut; one already in the history is amended now, so that no later turn builds on words the
+        caller never heard (what the Realtime API's ``conversation.item.truncate`` promises).
+        """
         reply = self._reply
-        if reply is not None and reply.turn_id == turn_id:
-            reply.played_reported = samples if truncated else max(reply.played_reported or 0, samples)
+        if reply is None or reply.turn_id != turn_id:
+            return
+        reply.played_reported = samples if truncated else max(reply.played_reported or 0, samples)
+        if truncated and reply.finished:
+            self._lm.amend_last_reply(reply.log.heard(reply.played()))
 
     async def commit_turn(self) -> None:
         def commit() -> None:

@@ -55,3 +55,16 @@ def test_a_response_opens_once_streams_audio_and_closes_with_its_trace() -> None
     rtc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=False, t0=0.0)
     assert [e["type"] for e in rtc.encode(AudioOut(3, tone, 24000))] == ["response.created"]
     assert rtc.encode(AudioCleared(3))[0]["type"] == "output_audio_buffer.cleared"
+
+
+def test_a_response_is_active_from_its_request_to_its_done() -> None:
+    """The window in which the session refuses another response.create."""
+    enc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=True, t0=0.0)
+    assert not enc.responding
+    enc.ask_response()  # accepted: active before the pipeline's first event announces it
+    assert enc.responding
+    assert enc.encode(ReplyTextDelta(2, "Hi."))[0]["type"] == "response.created" and enc.responding
+    enc.encode(ResponseDone(2, "Hi.", False))
+    assert not enc.responding
+    enc.encode(ReplyTextDelta(3, "Hello."))  # a response the server started on its own (the caller's turn)
+    assert enc.responding

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import json
 from typing import Any
 
@@ -38,6 +39,12 @@ async def speak(ws: aiohttp.ClientWebSocketResponse, pcm48: np.ndarray) -> None:
         chunk = pcm[start:start + 2400].astype("<i2").tobytes()
         await ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
         await asyncio.sleep(0.1)
+
+
+def typed(text: str) -> dict[str, Any]:
+    """A ``conversation.item.create`` of a typed user message."""
+    return {"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
 
 
 def reply_audio(events: list[dict[str, Any]], response_id: str) -> np.ndarray:
@@ -216,6 +223,74 @@ async def test_truncating_a_reply_is_acknowledged_and_checked(serve, new_pipelin
                                        ("item_in_turn_1", 0, "item_id")):
             await ws.send_json({"type": "conversation.item.truncate", "item_id": item_id, "audio_end_ms": end_ms})
             assert (await next_event(ws, "error", seen))["error"]["param"] == param
+    assert await drained(server)
+
+
+async def test_truncating_a_finished_reply_forgets_the_words_not_played(serve, new_pipeline) -> None:
+    """A reply truncated after its response.done had stayed whole in the history, so later turns built on words
+    the caller never heard; now the history keeps only the words of the audio played, and truncating again (to
+    nothing, twice) never eats into the reply before it."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        history = registry(server).sessions()[0].conversation.history
+        await ws.send_json(typed("hello"))
+        await ws.send_json({"type": "response.create"})
+        await next_event(ws, "response.done", seen)
+        await ws.send_json({"type": "response.create"})  # to the history as it is: it ends with the first reply
+        done = await next_event(ws, "response.done", seen)
+        said = done["response"]["output"][0]["content"][0]["transcript"].split()
+        assert history[-1] == {"role": "assistant", "content": " ".join(said)}
+        earlier = copy.deepcopy(history[:-1])
+        item, sent_ms = done["response"]["output"][0]["id"], len(reply_audio(seen, done["response"]["id"])) // 24
+        assert sent_ms > 0
+
+        async def truncate(end_ms: int) -> None:
+            await ws.send_json({"type": "conversation.item.truncate", "item_id": item, "content_index": 0,
+                                "audio_end_ms": end_ms})
+            await next_event(ws, "conversation.item.truncated", seen)
+
+        await truncate(sent_ms // 4)
+        assert history[:len(earlier)] == earlier and len(history) <= len(earlier) + 1
+        kept = history[-1]["content"].split() if len(history) > len(earlier) else []  # none: nothing heard
+        assert kept == said[:len(kept)] and len(kept) < len(said), (kept, said)
+        for _ in range(2):
+            await truncate(0)
+            assert history == earlier
+    assert not [e for e in seen if e["type"] == "error"]
+    assert await drained(server)
+
+
+async def test_response_create_while_one_is_active_is_refused(serve, new_pipeline) -> None:
+    """A second response.create had cancelled the response in progress; as OpenAI's server does, it is refused
+    with the client's event_id and the text typed before it waits for the next response. response.cancel, and a
+    response.create after response.done, still work."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        history = registry(server).sessions()[0].conversation.history
+        for event in (typed("hello"), {"type": "response.create", "event_id": "first"}, typed("and goodbye"),
+                      {"type": "response.create", "event_id": "second"}):
+            await ws.send_json(event)
+        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
+        refusal = next((e for e in seen if e["type"] == "error"), None) or await next_event(ws, "error", seen)
+        assert refusal["error"]["code"] == "conversation_already_has_active_response", refusal
+        assert refusal["error"]["type"] == "invalid_request_error" and refusal["error"]["event_id"] == "second"
+        assert "in progress" in refusal["error"]["message"]
+        assert [e["type"] for e in seen].count("response.created") == 1
+
+        await ws.send_json({"type": "response.create", "event_id": "third"})
+        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
+        assert [m["content"] for m in history if m["role"] == "user"][-1] == "and goodbye"
+
+        await ws.send_json({"type": "response.create"})
+        await ws.send_json({"type": "response.cancel"})
+        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "cancelled"
+        await ws.send_json({"type": "response.create"})
+        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
+    assert [e["error"]["event_id"] for e in seen if e["type"] == "error"] == ["second"]
     assert await drained(server)
 
 

@@ -251,6 +251,7 @@ class RealtimeEncoder:
         self._turn_items: dict[int, str] = {}
         self._sent_confirmed: dict[int, str] = {}
         self._open_responses: set[int] = set()
+        self._response_asked = False  # a response.create was accepted and its response.created not sent yet
         self._responded: set[int] = set()  # turns with a response (whose output item a client may truncate)
         self._resampler: Resampler | None = None
 
@@ -277,6 +278,16 @@ class RealtimeEncoder:
             self._turn_items[turn_id] = self._unclaimed_speech_item or f"item_in_turn_{turn_id}"
             self._unclaimed_speech_item = None
         return self._turn_items[turn_id]
+
+    def ask_response(self) -> None:
+        """A response.create was accepted: its response is active before the pipeline's first event announces it."""
+        self._response_asked = True
+
+    @property
+    def responding(self) -> bool:
+        """From response.create (or a turn's response.created) to response.done: the Realtime API allows one
+        response at a time."""
+        return self._response_asked or bool(self._open_responses)
 
     def turn_of_output_item(self, item_id: str) -> int | None:
         """The pipeline turn whose assistant item this is (for ``conversation.item.truncate``)."""
@@ -344,6 +355,7 @@ class RealtimeEncoder:
         if turn_id in self._open_responses:
             return []
         self._open_responses.add(turn_id)
+        self._response_asked = False
         self._responded.add(turn_id)
         return [self.event("response.created", response=self._response(turn_id, "in_progress"))]
 

@@ -132,8 +132,14 @@ class RealtimeSession:
             await self._send(self.encoder.event("conversation.item.added", item=item))
             await self._send(self.encoder.event("conversation.item.done", item=item))
         elif kind == "response.create":
+            if self.encoder.responding:  # as OpenAI's server does; respond() would cut the active one
+                raise ClientEventError("the conversation already has an active response in progress: wait for its "
+                                       "response.done (or send response.cancel) before creating another",
+                                       code="conversation_already_has_active_response",
+                                       event_id=event.get("event_id"))
             text = " ".join(self._pending_text) or None
             self._pending_text.clear()
+            self.encoder.ask_response()
             await self.conversation.respond(text)
         elif kind in ("response.cancel", "output_audio_buffer.clear"):
             await self.conversation.cancel_response()
@@ -141,8 +147,9 @@ class RealtimeSession:
             await self._truncate(event)
 
     async def _truncate(self, event: dict[str, Any]) -> None:
-        """The client says how much of a reply it played: the pipeline keeps only that in its history (while
-        the reply is in progress), and later audio sent for it no longer counts as played."""
+        """The client says how much of a reply it played: the pipeline keeps only that in its history (at once
+        for a finished reply, when it is cut for one in progress), and later audio sent for it no longer counts
+        as played."""
         item_id, end_ms, event_id = event.get("item_id"), event.get("audio_end_ms"), event.get("event_id")
         turn = self.encoder.turn_of_output_item(str(item_id))
         if turn is None:
