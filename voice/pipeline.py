@@ -120,7 +120,7 @@ class VoicePipeline:
         reply = self._reply
         if reply is None or reply.turn_id != turn_id:
             return
-        reply.played_reported = samples if truncated else max(reply.played_reported or 0, samples)
+        reply.report_played(samples, truncated)
         if truncated and reply.finished:
             self._lm.amend_last_reply(reply.log.heard(reply.played()))
 

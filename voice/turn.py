@@ -54,6 +54,8 @@ class Reply:
     """ResponseDone went out (all audio handed over, or the reply was dropped)."""
     played_reported: int | None = None
     """Cumulative samples the transport says it played; None while it has said nothing."""
+    truncated: bool = False
+    """The client stopped playing it at ``played_reported`` (Realtime ``conversation.item.truncate``)."""
     first_emit_at: float | None = None
     playout_until: float = 0.0
     """When the audio handed over so far ends, if the transport plays it in real time from the start."""
@@ -62,6 +64,14 @@ class Reply:
         if self.first_emit_at is None:
             self.first_emit_at = now
         self.playout_until = max(self.playout_until, now) + samples / self.output_rate
+
+    def report_played(self, samples: int, truncated: bool = False) -> None:
+        """The transport's cumulative count of samples played, or with ``truncated`` where the client stopped
+        playback: the rest is never heard, and no later playback report undoes that."""
+        if truncated:
+            self.truncated, self.played_reported = True, samples
+        elif not self.truncated:
+            self.played_reported = max(self.played_reported or 0, samples)
 
     def played(self, now: float | None = None) -> int:
         """Samples the caller has heard: the transport's report, else a real-time estimate."""
@@ -89,7 +99,7 @@ class Reply:
         if self.paused or self.log.total == 0:
             return False
         if self.played_reported is not None:
-            return self.played_reported < self.log.total
+            return not self.truncated and self.played_reported < self.log.total
         return (time.monotonic() if now is None else now) < self.playout_until
 
     def tasks(self) -> list[asyncio.Task[None]]:

@@ -6,7 +6,9 @@ import pytest
 
 from dlm.tools.calls import ToolCallSplitter, parse_tool_call
 from voice.config import ConfigError, load_config
+from voice.trace import TurnTrace
 from voice.tts_stage import SpokenLog
+from voice.turn import Reply
 
 
 def split(pieces: list[str]) -> tuple[str, list[str]]:
@@ -120,3 +122,19 @@ def test_voice_benchmark_report_compares_each_variant_with_the_full_design() -> 
     assert "voice-to-voice baseline/full: p50 x2.0" in format_report(rep)
     svg = stacked_bars_svg(rep)
     assert svg.startswith("<svg") and svg.count("<rect") == 8 + 4  # 4 stages x 2 variants, 4 legend keys
+
+
+def test_a_truncated_reply_is_no_longer_audible_and_later_reports_do_not_undo_it() -> None:
+    """A truncated reply had stayed "audible" until the next one (its played count stays below its total), so with
+    barge_in = ignore_while_speaking the caller's speech was ignored; and a later playback report's max() had
+    undone the truncation."""
+    reply = Reply(1, TurnTrace(1), 24000)
+    reply.log.add("twelve times four is forty-eight.", 24000)
+    reply.report_played(6000)
+    assert reply.audible(), "a quarter played: still talking"
+    reply.report_played(3000)
+    assert reply.played() == 6000, "reports are cumulative"
+    reply.report_played(6000, truncated=True)
+    assert not reply.audible()
+    reply.report_played(18000)
+    assert reply.played() == 6000 and reply.log.heard(reply.played()) == "twelve"
