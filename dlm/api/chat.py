@@ -72,9 +72,8 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
 
 async def _run(state: ApiState, req: ChatRequest, prompt: Prompt, spec: GenerationSpec, emit) -> ChoiceOutcome:
     outcome = Outcome()
-    parse_tools = req.tool_choice == "auto" and req.json_schema is None
-    return await run_choice(state.generate(spec, outcome), outcome, req.stop, parse_tools, prompt.forced_prefix,
-                            emit)
+    return await run_choice(state.generate(spec, outcome), outcome, req.stop, req.tool_choice == "auto",
+                            prompt.forced_prefix, emit)
 
 
 async def _complete(state: ApiState, req: ChatRequest, prompt: Prompt,

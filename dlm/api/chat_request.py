@@ -299,11 +299,13 @@ def a_json_schema(schema: dict[str, Any] | bool, param: str) -> None:
         raise bad_request(f"{param}: {exc}", param) from None
 
 
-def enforceable(schema: dict[str, Any] | bool, param: str, writable: frozenset[str] | None = None) -> None:
+def enforceable(schema: dict[str, Any] | bool, param: str, writable: frozenset[str] | None = None,
+                strict: bool = False) -> None:
     """Refuse a schema the constrained decoder cannot enforce, or one no value it can write satisfies, before
-    any decoding starts."""
+    any decoding starts. `strict` (the caller's `strict: true`) also refuses a oneOf the decoder would follow
+    only as anyOf (:mod:`dlm.constrained.schema`); without it that oneOf is decoded as anyOf."""
     try:
-        compiled = CompiledSchema(schema, writable)
+        compiled = CompiledSchema(schema, writable, strict)
     except SchemaError as exc:
         raise bad_request(f"{param}: {exc}", param) from None
     _satisfiable(compiled, param)
@@ -311,9 +313,10 @@ def enforceable(schema: dict[str, Any] | bool, param: str, writable: frozenset[s
 
 def _auto_call_schema(params: dict[str, Any], param: str, strict: bool, writable: frozenset[str] | None) -> None:
     """An auto call under parameters the decoder cannot enforce is checked as any object, unless the caller
-    asked for `strict`; enforced ones must admit a value."""
+    asked for `strict` (which also refuses a oneOf decoded as anyOf, as :func:`enforceable` does); enforced ones
+    must admit a value."""
     try:
-        compiled = CompiledSchema(params, writable)
+        compiled = CompiledSchema(params, writable, strict)
     except SchemaError as exc:
         if strict:
             raise bad_request(f"{param}: {exc}", param) from None
@@ -345,6 +348,6 @@ def _response_format(value: Any, writable: frozenset[str] | None) -> dict[str, A
             raise bad_request("response_format.json_schema.schema must be a JSON schema object",
                               "response_format.json_schema.schema")
         a_json_schema(schema, "response_format.json_schema.schema")
-        enforceable(schema, "response_format.json_schema.schema", writable)
+        enforceable(schema, "response_format.json_schema.schema", writable, spec.get("strict") is True)
         return schema
     raise APIError(400, "response_format.type must be text, json_object or json_schema", "response_format.type")

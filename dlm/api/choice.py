@@ -26,7 +26,10 @@ async def run_choice(pieces: AsyncIterator[str], outcome: Outcome, stops: tuple[
                      forced_prefix: str, emit: Emit) -> ChoiceOutcome:
     """Drain `pieces` into `emit`; closing the generator on the way out frees the engine session.
 
-    `outcome` is the generation's own record, final once `pieces` is closed.
+    `outcome` is the generation's own record, final once `pieces` is closed. The completion's tokens are all
+    it generated unless a stop string cut it; then, as OpenAI counts the completion it returns, only those that
+    wrote the text before the stop (:meth:`Outcome.tokens_for`): the decoder commits whole blocks, so tokens
+    past the stop were decoded but are never returned.
     """
     matcher = StopMatcher(stops)
     parser = ToolCallStream() if parse_tools or forced_prefix else None
@@ -38,9 +41,12 @@ async def run_choice(pieces: AsyncIterator[str], outcome: Outcome, stops: tuple[
 
     if forced_prefix:
         await emit(deltas(forced_prefix))
+    kept = 0  # characters of the generated text let through before any stop string
     async with aclosing(pieces):
         async for piece in pieces:
-            out = deltas(matcher.feed(piece))
+            text = matcher.feed(piece)
+            kept += len(text)
+            out = deltas(text)
             if out:
                 await emit(out)
             if matcher.stopped:
@@ -51,7 +57,8 @@ async def run_choice(pieces: AsyncIterator[str], outcome: Outcome, stops: tuple[
         await emit(tail)
     if parser is not None and parser.calls:
         finish = "tool_calls"
-    return ChoiceOutcome(finish, outcome.completion_tokens)
+    tokens = outcome.tokens_for(kept) if matcher.stopped else outcome.completion_tokens
+    return ChoiceOutcome(finish, tokens)
 
 
 def _merge(deltas: list[Delta]) -> list[Delta]:

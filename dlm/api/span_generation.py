@@ -10,6 +10,11 @@ first matters: the constrained decoder commits left to right, and a diffusion mo
 often in that order than in its own (`python -m dlm.eval` measures both: `tool_call_exact_constrained`
 and `tool_call_exact_api`). A span can also be open from the first token (response_format, or a forced
 tool call whose opening tag ends the prompt). Nothing past what was emitted stays in the cache.
+
+An answer under response_format that may also call a tool (`SpanPlan.call_or_json`) is one or the other: its
+first token is the model's pick among the JSON's possible first tokens and the opening tag. The tag makes it
+a call, drafted and checked as a call opened in free text is, and the call ends the answer (anything after it
+would be content, which the format would hold to JSON again); any other first token starts the JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class SpanPlan:
     open_id: int | None = None  # in free text, this token opens a span...
     span_schema: dict[str, Any] | None = None  # ...that must match this schema...
     close_id: int | None = None  # ...and ends with this token
+    call_or_json: bool = False  # the initial span's first token may be `open_id`: then one call is the answer
 
 
 @dataclass
@@ -66,17 +72,26 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
         generated: list[int] = []
         schema, end_ids = plan.start_schema, plan.start_end_ids
         while len(generated) < max_tokens:
+            if plan.call_or_json and generated[-1:] == [plan.close_id]:
+                run.finished_by_stop = True  # the call was the answer
+                break
             tokens = prompt + generated
             _commit_full_blocks(state, tokens, cfg.block_size)
             budget = max_tokens - len(generated)
             if schema is not None:  # a constrained span
-                constraint = JsonSchemaConstraint(schema, vocab, end_ids)
+                instead = (plan.open_id,) if plan.call_or_json and not generated else ()
+                constraint = JsonSchemaConstraint(schema, vocab, end_ids, instead_ids=instead)
                 for ids in constrained_decode(cfg, state, tokens, constraint, budget, sampling, policy.bar,
                                               state.last_logits, generator, bias):
                     generated += ids
                     yield ids
                 if not constraint.stopped:
                     break  # out of tokens inside the span
+                if constraint.stopped_by in instead:  # a call instead of the JSON: drafted in free mode
+                    generated.append(plan.open_id)
+                    yield [plan.open_id]
+                    schema = None
+                    continue
                 if end_ids != {plan.close_id}:
                     run.finished_by_stop = True  # the span ran to the end of the answer
                     break
@@ -84,7 +99,8 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
                 yield [plan.close_id]
                 schema = None
                 continue
-            draft: list[int] | None = None  # what the free decoder wrote after an opening token
+            # what the free decoder wrote after an opening token (from the start, if one was just committed)
+            draft: list[int] | None = [] if generated[-1:] == [plan.open_id] else None
             finished = False
             steps = bc.decode(cfg, state, tokens, dataclasses.replace(policy, max_new_tokens=budget),
                               state.last_logits, generator, bias)

@@ -1,16 +1,23 @@
 """JSON schemas compiled into a flat table of nodes that both the prefix automaton and `check` walk.
 
 Supported: type (incl. lists), enum, const, object properties/required/additionalProperties, array
-items/minItems/maxItems, string minLength/maxLength, anyOf/oneOf (oneOf is treated as anyOf: exclusivity
-is not enforced), allOf with a single member, local $ref into #/$defs or #/definitions. Annotation keywords
-are ignored; any other constraint keyword raises `SchemaError`, since silently ignoring it would let the
-decoder produce output the caller's validator rejects.
+items/minItems/maxItems, string minLength/maxLength, anyOf, oneOf, allOf with a single member, local $ref
+into #/$defs or #/definitions. Annotation keywords are ignored; any other constraint keyword raises
+`SchemaError`, since silently ignoring it would let the decoder produce output the caller's validator rejects.
+
+The decoder follows a oneOf as an anyOf: it cannot tell, midway through a value, whether the value will also
+match a second branch. That is exact when no value matches two branches, which the compiler proves where it
+can (branches of different JSON types, different enum/const values, or objects one of whose required keys
+the other forbids or takes only other values for). Otherwise a decoded value may match two branches, which
+oneOf forbids: `strict` compilation (a request's `strict: true`) refuses such a schema, a lax one decodes it
+as anyOf. `check` enforces oneOf exactly either way.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import combinations
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -59,6 +66,7 @@ class Node:
     min_length: int = 0
     max_length: int | None = None
     alternatives: tuple[int, ...] = ()
+    exclusive: bool = False  # a oneOf: a value must match exactly one alternative
 
 
 MAX_NODES = 256
@@ -70,19 +78,24 @@ of 250 strings of counted length takes 0.2 s a token on the demo vocabulary."""
 class CompiledSchema:
     """A schema's nodes; node 0 is the root. `ANY` is the id of the unconstrained node."""
 
-    def __init__(self, schema: dict[str, Any] | bool, writable: frozenset[str] | None = None):
+    def __init__(self, schema: dict[str, Any] | bool, writable: frozenset[str] | None = None,
+                 strict: bool = False):
         """`writable`: the characters a decoder's vocabulary can write (None: all). An enum value or a key
         with others can never be decoded, so it is left out, and a schema that needs one is refused: with a
-        byte-level vocabulary a character whose bytes no token holds whole, such as "é" in an English one."""
+        byte-level vocabulary a character whose bytes no token holds whole, such as "é" in an English one.
+        `strict`: refuse a oneOf whose branches are not provably disjoint, which the decoder cannot enforce."""
         self.nodes: list[Node] = []
         self._writable = writable
         self._root_doc = schema if isinstance(schema, dict) else {}
         self._refs: dict[str, int] = {}
+        self._apart: dict[tuple[int, int], bool] = {}  # `_disjoint`'s answers (False while being worked out)
         root = self._add_placeholder()
         self.ANY = self._add(Node("any"))
         try:
             self._fill(root, schema)
             self._refuse_bare_cycles()
+            if strict:
+                self._refuse_overlapping_one_of()
         except RecursionError:
             raise SchemaError("the schema is nested too deeply") from None
 
@@ -114,6 +127,47 @@ class CompiledSchema:
         for node_id in range(len(self.nodes)):
             if state[node_id] == 0:
                 visit(node_id)
+
+    def _refuse_overlapping_one_of(self) -> None:
+        for node in self.nodes:
+            if not node.exclusive:
+                continue
+            for i, j in combinations(range(len(node.alternatives)), 2):
+                if not self._disjoint(node.alternatives[i], node.alternatives[j]):
+                    raise SchemaError(
+                        f"oneOf branches {i} and {j} may both match one value, and the decoder enforces oneOf "
+                        "only as anyOf: make them exclusive (different types, or a required key with different "
+                        "const/enum values), use anyOf, or leave out strict")
+
+    def _disjoint(self, a: int, b: int) -> bool:
+        """Whether no value is an instance of both nodes, provably: False when unsure, and on coming back to a
+        pair still being worked out (a recursive $ref), so every True holds."""
+        if (a, b) in self._apart:
+            return self._apart[(a, b)]
+        self._apart[(a, b)] = False
+        x, y = self.nodes[a], self.nodes[b]
+        if x.kind == "anyof":
+            apart = all(self._disjoint(alt, b) for alt in x.alternatives)
+        elif y.kind == "anyof":
+            apart = all(self._disjoint(a, alt) for alt in y.alternatives)
+        elif not _types(x) & _types(y):
+            apart = True
+        elif x.kind == y.kind == "literal":
+            apart = not any(_same(json.loads(u), json.loads(v)) for u in x.literals for v in y.literals)
+        elif x.kind == y.kind == "object":
+            apart = self._key_apart(x, y) or self._key_apart(y, x)
+        else:
+            apart = False
+        self._apart[(a, b)] = apart
+        return apart
+
+    def _key_apart(self, x: Node, y: Node) -> bool:
+        """Some key `x` requires is one `y` forbids, or allows only with values `x` does not take."""
+        for key in x.required:
+            mine, theirs = x.properties.get(key, x.additional), y.properties.get(key, y.additional)
+            if theirs is None or (mine is not None and self._disjoint(mine, theirs)):
+                return True
+        return False
 
     def _compile(self, schema: Any) -> int:
         if schema is True or schema == {}:
@@ -158,7 +212,7 @@ class CompiledSchema:
                 if not schema[key]:
                     raise SchemaError(f"{key} must not be empty")
                 alts = tuple(self._compile({**rest, **alt}) for alt in schema[key])
-                return Node("anyof", alternatives=alts)
+                return Node("anyof", alternatives=alts, exclusive=key == "oneOf")
         types = schema.get("type")
         if "enum" in schema or "const" in schema:
             values = [schema["const"]] if "const" in schema else list(schema["enum"])
@@ -222,6 +276,29 @@ def _dump(value: Any) -> str:
         raise SchemaError(f"enum/const values must be finite numbers, got {value!r}") from None
 
 
+def _types(node: Node) -> set[str]:
+    """The JSON types a node's instances can have, integers as numbers (3.0 is an integer to a validator)."""
+    if node.kind == "any":
+        return {"string", "number", "boolean", "null", "object", "array"}
+    if node.kind == "literal":
+        return {_json_type(json.loads(text)) for text in node.literals}
+    return {"number" if node.kind == "integer" else node.kind}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", type(None): "null", dict: "object", list: "array"}[type(value)]
+
+
+def _same(u: Any, v: Any) -> bool:
+    """Equal as JSON values: 1 and 1.0 are, true and 1 are not (inside arrays and objects Python's == would take
+    those as equal too, which errs on the safe side: it never proves two branches disjoint that are not)."""
+    return _json_type(u) == _json_type(v) and u == v
+
+
 def _matches_type(value: Any, types: str | list[str]) -> bool:
     return any(_is_type(value, t) for t in ([types] if isinstance(types, str) else types))
 
@@ -242,7 +319,10 @@ def check(value: Any, schema: CompiledSchema, node_id: int = 0, path: str = "$")
         return []
     if node.kind == "anyof":
         results = [check(value, schema, alt, path) for alt in node.alternatives]
-        return [] if any(not r for r in results) else results[0]
+        matched = sum(not r for r in results)
+        if node.exclusive and matched > 1:
+            return [f"{path}: matches {matched} oneOf branches, not exactly one"]
+        return [] if matched else results[0]
     if node.kind == "literal":
         ok = _dump(value) in node.literals
         return [] if ok else [f"{path}: {value!r} is not one of {', '.join(node.literals)}"]

@@ -131,28 +131,34 @@ def _grammar(schema_json: str, vocab: tuple[str, ...], stop_ids: tuple[int, ...]
 
 
 class JsonSchemaConstraint:
-    """The decoding state of one constrained span: feed it committed tokens, ask what may come next."""
+    """The decoding state of one constrained span: feed it committed tokens, ask what may come next.
+
+    `instead_ids` may stand first in place of the whole JSON, and end the span at once: a tool call's opening
+    tag, where an answer is either a call or JSON under response_format. `stopped_by` tells which id ended it."""
 
     def __init__(self, schema: dict[str, Any] | bool, vocab: Sequence[str],
-                 stop_token_ids: Iterable[int] = (), max_whitespace: int = 1):
+                 stop_token_ids: Iterable[int] = (), max_whitespace: int = 1, instead_ids: Iterable[int] = ()):
         self.grammar = _grammar(json.dumps(schema, sort_keys=True), tuple(vocab),
                                 tuple(sorted(set(stop_token_ids))), max_whitespace)
+        self.instead_ids = tuple(instead_ids)
         self.state = self.grammar.automaton.initial()
         self.text = ""
         self.stopped = False
+        self.stopped_by: int | None = None
 
     def allowed_token_ids(self, budget: int | None = None) -> tuple[int, ...]:
         """What may come next; with `budget` (tokens left, this one included) only what can still close the
         JSON in time."""
         if self.stopped:
             return ()
-        if budget is None:
-            return self.grammar.allowed(self.state)
-        return self.grammar.allowed_within(self.state, budget)
+        ids = self.grammar.allowed(self.state) if budget is None else self.grammar.allowed_within(self.state, budget)
+        return ids if self.text else ids + self.instead_ids
 
     def is_allowed(self, token_id: int) -> bool:
         if self.stopped:
             return False
+        if token_id in self.instead_ids:
+            return not self.text
         if token_id in self.grammar.stop_token_ids:
             return self.is_complete()
         return bool(self.grammar.feed(self.state, self.grammar.vocab[token_id]))
@@ -162,8 +168,8 @@ class JsonSchemaConstraint:
         if not self.is_allowed(token_id):
             raise ValueError(f"token {token_id} ({self.grammar.vocab[token_id]!r}) breaks the schema after "
                              f"{self.text!r}")
-        if token_id in self.grammar.stop_token_ids:
-            self.stopped = True
+        if token_id in self.grammar.stop_token_ids or token_id in self.instead_ids:
+            self.stopped, self.stopped_by = True, token_id
             return
         self.state = self.grammar.feed(self.state, self.grammar.vocab[token_id])
         self.text += self.grammar.vocab[token_id]
@@ -174,7 +180,7 @@ class JsonSchemaConstraint:
 
     def copy(self) -> JsonSchemaConstraint:
         clone = object.__new__(JsonSchemaConstraint)
-        clone.grammar, clone.state, clone.text, clone.stopped = self.grammar, self.state, self.text, self.stopped
+        clone.__dict__.update(self.__dict__)  # all immutable: the grammar is shared, the rest replaced on advance
         return clone
 
 

@@ -4,6 +4,7 @@ with the official `openai` client over real HTTP on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import re
 
 import openai
 import pytest
@@ -17,6 +18,12 @@ from dlm.api.state import STATE
 MODEL_NAME = "sdar-fixture"
 LIMITS = ApiLimits(max_body_bytes=64 * 1024, max_prompt_tokens=400, max_completion_tokens=200, max_n=3,
                    max_concurrent=8)
+
+
+def fixture_tokens(text: str) -> list[str]:
+    """The fixture's tokens in its text: single characters and `<|tokN|>` fillers (its vocabulary has nothing
+    else), so a test can count a reply's tokens from its text."""
+    return re.findall(r"<\|tok\d+\|>|.", text, re.DOTALL)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.api.conftest import MODEL_NAME
+from tests.api.conftest import MODEL_NAME, fixture_tokens
 
 ASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
 
@@ -88,3 +88,29 @@ def test_disconnect_mid_stream_frees_the_session(client, state):
     assert not state.sessions
     assert session.nbytes == 0
     assert session.last_result is not None and len(session.last_result.token_ids) < 200
+
+
+def _usage_of(client, stream: bool, **kwargs) -> tuple[str, int]:
+    """The reply's content and usage.completion_tokens, from a response or the stream's usage chunk."""
+    if not stream:
+        resp = client.chat.completions.create(model=MODEL_NAME, messages=ASK, **kwargs)
+        return resp.choices[0].message.content, resp.usage.completion_tokens
+    chunks = list(client.chat.completions.create(model=MODEL_NAME, messages=ASK, stream=True,
+                                                 stream_options={"include_usage": True}, **kwargs))
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[-1].usage.completion_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("straddle", [False, True])
+def test_a_stop_string_leaves_its_tokens_out_of_usage(client, stream, straddle):
+    """completion_tokens counts the tokens of the text returned, not the rest of the block the stop string
+    cut: here the stop is the reply's first filler token (or its tail, so that the filler is partly returned
+    and counts), which random weights write mid-block."""
+    whole, total = _usage_of(client, False, max_tokens=40)
+    tokens = fixture_tokens(whole)
+    assert len(tokens) == total  # the reading above is how the engine tokenized it
+    first = next(i for i, t in enumerate(tokens) if len(t) > 1)
+    stop = tokens[first][2:] if straddle else tokens[first]
+    content, used = _usage_of(client, stream, max_tokens=40, stop=[stop])
+    assert content == whole[: whole.index(stop)]
+    assert used == first + int(straddle)

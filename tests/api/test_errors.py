@@ -117,6 +117,17 @@ def test_unknown_model(client):
         ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
             "type": "object", "properties": {"a": {"type": "string", "format": "email"}}}}}]},
          "unsupported schema keywords: format"),  # had been decoded as any object
+        # oneOf is decoded as anyOf: under strict, branches that may overlap are refused, not decoded loosely
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": {
+            "oneOf": [{"type": "integer"}, {"type": "number"}]}}}},
+         "response_format.json_schema.schema: oneOf branches 0 and 1 may both match one value"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+            "type": "object", "properties": {"a": {"oneOf": [{"type": "string"}, {"const": "x"}]}}}}}]},
+         "tools[0].function.parameters: oneOf branches 0 and 1 may both match one value"),
+        # the fixture's <tool_call> is no single token, so a call cannot take the JSON's place: had been the JSON
+        # alone, tools silently off
+        ({"tools": [{"type": "function", "function": {"name": "f"}}], "response_format": {"type": "json_object"}},
+         "response_format with tools that may be called needs a model whose <tool_call> tag is one token"),
         ({"logprobs": True}, "logprobs"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),

@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from tests.api.conftest import MODEL_NAME
+from tests.api.conftest import MODEL_NAME, fixture_tokens
 
 # Finite by construction (bounded strings and arrays, enums), so every try can finish within max_tokens.
 PERSON = {
@@ -75,3 +75,44 @@ def test_an_open_ended_schema_closes_within_a_small_max_tokens(client, seed):
     assert choice.finish_reason == "stop"
     jsonschema.validate(json.loads(choice.message.content), schema)
     assert resp.usage.completion_tokens <= 16
+
+
+def _shape(kind: str, size: str) -> dict:
+    return {"type": "object", "properties": {"kind": {"const": kind}, size: {"type": "integer"}},
+            "required": ["kind", size], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_strict_oneof_of_exclusive_branches_decodes_to_exactly_one(client, seed):
+    """Branches told apart by a required const are disjoint, so decoding them as anyOf is exact."""
+    schema = {"oneOf": [_shape("circle", "radius"), _shape("square", "side")]}
+    resp = client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, response_format=_schema_format(schema), max_tokens=60, seed=seed,
+        temperature=1.0)
+    jsonschema.validate(json.loads(resp.choices[0].message.content), schema)
+
+
+def test_a_lax_oneof_whose_branches_overlap_decodes_as_anyof(client):
+    """Without strict, a oneOf the decoder cannot make exclusive is decoded as anyOf, not refused."""
+    schema = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
+    format_ = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    resp = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, response_format=format_,
+                                          max_tokens=12)
+    jsonschema.validate(json.loads(resp.choices[0].message.content), {"anyOf": schema["oneOf"]})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_string_cuts_constrained_output_and_its_usage(client, stream):
+    """A stop string cuts JSON as it cuts text, and usage counts the tokens before it alone, though the
+    constrained decoder committed the ones after it in the same pass."""
+    resp = client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, response_format=_schema_format(PERSON), max_tokens=200, seed=1,
+        stop=['"tags"'], stream=stream, **({"stream_options": {"include_usage": True}} if stream else {}))
+    if stream:
+        chunks = list(resp)
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        usage = chunks[-1].usage
+    else:
+        content, usage = resp.choices[0].message.content, resp.usage
+    assert content.lstrip().startswith("{") and '"tags"' not in content
+    assert usage.completion_tokens == len(fixture_tokens(content))

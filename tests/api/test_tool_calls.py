@@ -139,3 +139,47 @@ def test_tool_choice_none_never_calls(tagged_client):
     resp = tagged_client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER],
                                                  tool_choice="none", max_tokens=60)
     assert not _calls(resp)
+
+
+def _call_or_json(choice, schema: dict) -> str:
+    """Which of the two the answer is, checked: a valid call and no content, or JSON content under `schema`."""
+    if choice.message.tool_calls:
+        (call,) = choice.message.tool_calls
+        spec = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
+        jsonschema.validate(json.loads(call.function.arguments), spec["function"]["parameters"])
+        assert choice.finish_reason == "tool_calls" and not choice.message.content
+        return "call"
+    assert choice.finish_reason == "stop"
+    jsonschema.validate(json.loads(choice.message.content), schema)
+    return "json"
+
+
+def test_response_format_beside_auto_tools_gives_a_call_or_the_json(tagged_client):
+    """Both apply, as in OpenAI's API: the model may call a tool, and what it writes instead follows the format
+    (response_format had turned tool calling off). The random model takes either, depending on the sampling."""
+    schema = {"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]}}, "required": ["mood"],
+              "additionalProperties": False}
+    response_format = {"type": "json_schema", "json_schema": {"name": "mood", "schema": schema, "strict": True}}
+    kinds = set()
+    for seed, temperature in enumerate([0.0, 1.0, 1.5, 2.0]):
+        resp = tagged_client.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER, TIME], max_tokens=120,
+            response_format=response_format, seed=seed, temperature=temperature)
+        kinds.add(_call_or_json(resp.choices[0], schema))
+    assert kinds == {"call", "json"}
+
+
+def test_response_format_beside_auto_tools_streams_the_call(tagged_client):
+    stream = tagged_client.chat.completions.create(
+        model=MODEL_NAME, messages=ASK, tools=[WEATHER], response_format={"type": "json_object"}, max_tokens=120,
+        stream=True)
+    deltas, content, finish = [], "", None
+    for chunk in stream:
+        for choice in chunk.choices:
+            deltas.extend(choice.delta.tool_calls or [])
+            content += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls" and not content
+    assert deltas[0].function.name == "get_weather"
+    arguments = "".join(d.function.arguments or "" for d in deltas)
+    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])

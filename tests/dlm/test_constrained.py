@@ -162,6 +162,52 @@ def test_unsupported_schemas_are_refused(schema: dict[str, Any]) -> None:
         CompiledSchema(schema)
 
 
+def _kind(name: str, **extra: Any) -> dict[str, Any]:
+    """An object tagged by a required `kind` (a discriminated union's branch)."""
+    return {"type": "object", "properties": {"kind": {"const": name}, **extra}, "required": ["kind"]}
+
+
+@pytest.mark.parametrize("branches", [
+    [{"type": "string"}, {"type": "integer"}, {"type": "object"}],
+    [{"enum": ["a", 1]}, {"enum": ["b", True]}, {"type": "null"}],
+    [_kind("circle", r={"type": "number"}), _kind("square", side={"type": "number"})],
+    [{"type": "object", "properties": {"a": {}}, "required": ["a"], "additionalProperties": False},
+     {"type": "object", "properties": {"b": {}}, "required": ["b"], "additionalProperties": False}],
+    [{"$ref": "#/$defs/leaf"}, {"type": "array", "items": {"$ref": "#/$defs/leaf"}}],
+])
+def test_a_oneof_of_disjoint_branches_is_exact_and_strict_keeps_it(branches: list[dict[str, Any]]) -> None:
+    schema = {"oneOf": branches, "$defs": {"leaf": {"type": "string"}}}
+    CompiledSchema(schema, strict=True)
+    rng = random.Random(0)
+    for _ in range(20):  # whatever the automaton completes matches exactly one branch
+        text = random_walk(rng, JsonPrefixAutomaton(CompiledSchema(schema)))
+        if text is not None:
+            jsonschema.validate(json.loads(text), schema)
+
+
+@pytest.mark.parametrize(("branches", "overlap"), [
+    ([{"type": "integer"}, {"type": "number"}], 3),
+    ([{"enum": ["a", 1]}, {"enum": [1, "b"]}], 1),
+    ([{"type": "string"}, {"const": "x"}], "x"),
+    ([_kind("a"), {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}],
+     {"kind": "a", "n": 1}),
+    ([{"type": "object", "required": ["a"]}, {"type": "object", "required": ["b"]}], {"a": 1, "b": 2}),
+    ([{}, {"type": "null"}], None),
+])
+def test_a_oneof_whose_branches_may_overlap_is_refused_when_strict(branches: list[dict[str, Any]],
+                                                                    overlap: Any) -> None:
+    """Decoded as anyOf, `overlap` (which matches both branches, so not the oneOf) could come out: strict
+    refuses the schema; lax decodes it as anyOf, and `check` still tells that the value is no instance."""
+    schema = {"oneOf": branches}
+    with pytest.raises(SchemaError, match="oneOf branches 0 and 1 may both match one value"):
+        CompiledSchema(schema, strict=True)
+    lax = CompiledSchema(schema)
+    automaton = JsonPrefixAutomaton(lax)
+    assert automaton.is_complete(automaton.feed(automaton.initial(), json.dumps(overlap)))
+    assert check(overlap, lax) == ["$: matches 2 oneOf branches, not exactly one"]
+    assert check(overlap, CompiledSchema({"anyOf": branches})) == []
+
+
 def vocabulary() -> list[str]:
     """Multi-character pieces like a BPE vocabulary's, plus an unusable special (empty text)."""
     pieces = ['{"', '":', ' "', '",', '"}', "}", "{", '"', ":", ",", " ", "[", "]", "name", "arguments",
@@ -202,6 +248,20 @@ def test_token_constraint_blocks_and_explains() -> None:
     clone.advance(vocab.index("get_time"))
     assert constraint.text == '{"name": "' and clone.text == '{"name": "get_time'
     assert not clone.is_complete()
+
+
+def test_an_instead_id_may_only_stand_first_and_ends_the_span() -> None:
+    """A tool call's opening tag where an answer is a call or the JSON: allowed before any text, never after."""
+    vocab = vocabulary()
+    tag = vocab.index("")
+    constraint = JsonSchemaConstraint({"type": "object"}, vocab, instead_ids=[tag])
+    assert tag in constraint.allowed_token_ids() and tag in constraint.allowed_token_ids(budget=3)
+    clone = constraint.copy()
+    clone.advance(tag)
+    assert clone.stopped and clone.stopped_by == tag and clone.text == ""
+    constraint.advance(vocab.index("{"))
+    assert tag not in constraint.allowed_token_ids() and not constraint.is_allowed(tag)
+    assert not constraint.stopped and constraint.stopped_by is None
 
 
 def random_prefix_states(rng: random.Random, automaton: JsonPrefixAutomaton, count: int) -> list[tuple[str, Any]]:
