@@ -25,7 +25,7 @@ from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.effort import Knobs
 from dlm.history import fit_history
 from dlm.tools import ToolSession
-from dlm.tools.calls import ToolCall, ToolCallSplitter, run_tool_call, spoken_result
+from dlm.tools.calls import ToolCall, ToolCallSplitter, changes_state, run_tool_call, spoken_result
 from dlm.tools.grounding import results_text, settle_call
 from dlm.tools.registry import ASKING_WORDS
 from voice.config import LmConfig
@@ -106,7 +106,8 @@ class LmStage:
 
         The user message joins the history at once, tool calls and results as they happen; the
         assistant's spoken message is added by :meth:`record_reply` with what was actually said.
-        ``before_tool`` is awaited before a tool runs (a speculative reply must not set timers).
+        ``before_tool`` is awaited before a tool that changes state runs (a speculative reply must not set
+        timers); one that only reads runs at once, so a reply held during the hangover is ready when it ends.
         """
         if user_text is not None:
             self.history.append({"role": "user", "content": user_text})
@@ -135,7 +136,7 @@ class LmStage:
                         yield tail if tail.strip() else fallback  # never leave the caller in silence
                     return
                 call_body = await self._grounded(call_body)
-                if before_tool is not None:
+                if before_tool is not None and changes_state(call_body):
                     await before_tool()
                 call = run_tool_call(self.tools, call_body)
                 fallback = spoken_result(call.result) or fallback

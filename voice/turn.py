@@ -47,7 +47,7 @@ class Reply:
     """Audio arrays and events produced while held, in order."""
     done_while_held: bool = False
     confirmed: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once the reply is not speculative: tools (which may have effects) wait for it."""
+    """Set once the reply is not speculative: tools that change state (`Tool.changes_state`) wait for it."""
     generation: int = 0
     """The audio generation its current TTS task emits under."""
     finished: bool = False

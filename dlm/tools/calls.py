@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dlm.tools.registry import ToolSession
+from dlm.tools.registry import TOOLS, ToolSession
 
 TOOL_OPEN = "<tool_call>"
 TOOL_CLOSE = "</tool_call>"
@@ -37,6 +37,17 @@ def run_tool_call(tools: ToolSession, body: str) -> ToolCall:
     except ValueError as err:
         return ToolCall("invalid", {}, json.dumps({"error": str(err)}))
     return ToolCall(name, arguments, tools.run_safely(name, arguments))
+
+
+def changes_state(body: str) -> bool:
+    """Whether running this call would change the session: a known tool that does (`Tool.changes_state`). A
+    malformed call or an unknown tool only gets an error result back."""
+    try:
+        name, _ = parse_tool_call(body)
+    except ValueError:
+        return False
+    tool = TOOLS.get(name)
+    return tool is not None and tool.changes_state
 
 
 class ToolCallSplitter:

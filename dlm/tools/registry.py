@@ -68,13 +68,16 @@ class Tool:
     """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", an
     "expression" whose numbers they say, the "quantity unit" said after a number, the "target unit" asked for,
     or a "label": a name, the one said before the tool's noun when the call has none, "a tea timer"), which a
-    call may only carry as heard (`dlm.tools.grounding`)."""
+    call may only carry as heard (`dlm.tools.grounding`). `changes_state`: running it changes the session (a
+    timer set or cancelled), so the voice assistant runs it only once the caller's turn has surely ended; the
+    others only read (the clock, a table, arithmetic) and may run in a reply started speculatively."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     run: Callable[[ToolSession, dict[str, Any]], dict[str, Any]]
     heard: dict[str, str] = field(default_factory=dict)
+    changes_state: bool = False
 
     @cached_property
     def own_words(self) -> frozenset[str]:
@@ -265,10 +268,10 @@ _TOOL_LIST = [
           "properties": {"amount": {"type": "number"}, "unit": {"enum": list(TIMER_UNITS)},
                          "label": {"type": "string"}},
           "required": ["amount", "unit"], "additionalProperties": False}, _set_timer,
-         {"amount": "number", "label": "label"}),
+         {"amount": "number", "label": "label"}, changes_state=True),
     Tool("cancel_timer", "Cancel a timer by id, or the latest one.",
          {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": False},
-         _cancel_timer),
+         _cancel_timer, changes_state=True),
     Tool("list_timers", "The running timers and the time left on each.",
          {"type": "object", "properties": {}, "additionalProperties": False}, _list_timers),
     Tool("country_capital", "The capital city of a country.",

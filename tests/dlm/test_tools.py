@@ -18,6 +18,7 @@ from dlm.tools import (
     tool_specs,
 )
 from dlm.tools.calculator import evaluate, readable
+from dlm.tools.calls import changes_state
 
 
 @pytest.mark.parametrize(("expression", "value"), [
@@ -150,3 +151,11 @@ def test_arguments_may_arrive_as_json_text() -> None:
 def test_specs_are_valid_json_schemas() -> None:
     for spec in tool_specs():
         jsonschema.Draft202012Validator.check_schema(spec["function"]["parameters"])
+
+
+def test_only_timers_change_state_so_only_they_wait_for_the_end_of_a_turn():
+    assert changes_state('{"name": "set_timer", "arguments": {"amount": 5, "unit": "minutes"}}')
+    assert changes_state('{"name": "cancel_timer", "arguments": {}}')
+    for body in ('{"name": "calculator", "arguments": {"expression": "2 + 2"}}', '{"name": "list_timers"}',
+                 '{"name": "no_such_tool", "arguments": {}}', "not json"):
+        assert not changes_state(body), body

@@ -216,6 +216,20 @@ async def test_reply_started_in_the_hangover_is_held_until_the_turn_ends(resourc
     assert trace["speculative_replies_discarded"] == 0
 
 
+async def test_a_held_reply_reads_a_tool_at_once_but_sets_a_timer_only_after_the_turn(resources: Resources) -> None:
+    """A speculative reply had waited for the end of the turn before any tool, so its tool call, the reply and
+    its audio were all still to come when the hangover ended; a tool that only reads now runs at once."""
+    config = long_hangover(resources).replace(lm={"max_new_tokens": 96})  # room for a call (32 tokens cut it)
+    for question, tool, runs_in_the_hangover in [("What is twelve times four?", "calculator", True),
+                                                  ("Set a timer for five minutes.", "set_timer", False)]:
+        result, _ = await converse(resources, [trimmed(say(resources, question))], config, fast=False, gap_s=0.3)
+        assert [call.name for call in of_type(result, ToolCallEvent)] == [tool], result.traces
+        [trace] = result.traces
+        marks = trace["other_marks_ms"]
+        assert (marks["tool_call_1"] < marks["turn_end_detected"]) == runs_in_the_hangover, marks
+        assert trace["speculative_replies_discarded"] == 0
+
+
 async def test_resuming_after_a_long_pause_discards_the_speculative_reply(resources: Resources) -> None:
     # Long enough for the speculative final and reply to start even on a loaded machine, and under the 3 s
     # hangover; Whisper hears both halves of this (noise-free, so identical every run) clip across it.
