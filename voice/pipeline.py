@@ -541,9 +541,11 @@ class VoicePipeline:
         self._drop(reply)
 
     def _finish(self, reply: Reply, text: str, cancelled: bool) -> None:
+        """The reply's ResponseDone carries all it said; the history keeps only what the caller heard of it when
+        the client truncated it on the way."""
         reply.finished = True
         text = " ".join(text.split())
-        self._lm.record_reply(text)
+        self._lm.record_reply(reply.log.heard(reply.played()) if reply.truncated else text)
         reply.trace.reply = text
         record = reply.trace.to_dict()
         record.update(reply.counters)

@@ -262,6 +262,26 @@ async def test_truncating_a_finished_reply_forgets_the_words_not_played(serve, n
     assert await drained(server)
 
 
+async def test_a_reply_truncated_while_it_is_spoken_keeps_only_what_was_played(serve, new_pipeline) -> None:
+    """Truncated as soon as it starts (before its first audio), a reply that then ran to its end had gone into
+    the history whole; its response.done still carries all it said, the history none of it."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        history = registry(server).sessions()[0].conversation.history
+        await ws.send_json(typed("what can you do"))
+        await ws.send_json({"type": "response.create"})
+        item = (await next_event(ws, "response.created", seen))["response"]["output"][0]["id"]
+        await ws.send_json({"type": "conversation.item.truncate", "item_id": item, "content_index": 0,
+                            "audio_end_ms": 0})
+        await next_event(ws, "conversation.item.truncated", seen)
+        done = await next_event(ws, "response.done", seen)
+        assert done["response"]["status"] == "completed" and done["response"]["output"][0]["content"][0]["transcript"]
+        assert history[-1] == {"role": "user", "content": "what can you do"}, history
+    assert await drained(server)
+
+
 async def test_response_create_while_one_is_active_is_refused(serve, new_pipeline) -> None:
     """A second response.create had cancelled the response in progress; as OpenAI's server does, it is refused
     with the client's event_id and the text typed before it waits for the next response. response.cancel, and a
