@@ -7,6 +7,7 @@ import base64
 import contextlib
 import copy
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -45,6 +46,19 @@ def typed(text: str) -> dict[str, Any]:
     """A ``conversation.item.create`` of a typed user message."""
     return {"type": "conversation.item.create", "item": {
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
+
+
+def truncation(item_id: Any, end_ms: Any) -> dict[str, Any]:
+    """A ``conversation.item.truncate`` of an assistant item's audio at ``end_ms``."""
+    return {"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": end_ms}
+
+
+@contextlib.asynccontextmanager
+async def session(server: Any, seen: list[dict[str, Any]]) -> AsyncIterator[tuple[Any, list[dict[str, Any]]]]:
+    """A Realtime websocket past its session.created, and the live history of the conversation behind it."""
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
+        await next_event(ws, "session.created", seen)
+        yield ws, registry(server).sessions()[0].conversation.history
 
 
 def reply_audio(events: list[dict[str, Any]], response_id: str) -> np.ndarray:
@@ -215,13 +229,12 @@ async def test_truncating_a_reply_is_acknowledged_and_checked(serve, new_pipelin
         await ws.send_json({"type": "response.create"})
         item = (await next_event(ws, "response.done", seen))["response"]["output"][0]["id"]
         sent_ms = len(reply_audio(seen, seen[-1]["response"]["id"])) * 1000 // 24000
-        await ws.send_json({"type": "conversation.item.truncate", "item_id": item, "content_index": 0,
-                            "audio_end_ms": sent_ms // 2})
+        await ws.send_json(truncation(item, sent_ms // 2))
         truncated = await next_event(ws, "conversation.item.truncated", seen)
         assert truncated["item_id"] == item and truncated["audio_end_ms"] == sent_ms // 2
         for item_id, end_ms, param in ((item, sent_ms + 1000, "audio_end_ms"), (item, True, "audio_end_ms"),
                                        ("item_in_turn_1", 0, "item_id")):
-            await ws.send_json({"type": "conversation.item.truncate", "item_id": item_id, "audio_end_ms": end_ms})
+            await ws.send_json(truncation(item_id, end_ms))
             assert (await next_event(ws, "error", seen))["error"]["param"] == param
     assert await drained(server)
 
@@ -232,9 +245,7 @@ async def test_truncating_a_finished_reply_forgets_the_words_not_played(serve, n
     nothing, twice) never eats into the reply before it."""
     server = await serve(new_pipeline)
     seen: list[dict[str, Any]] = []
-    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
-        await next_event(ws, "session.created", seen)
-        history = registry(server).sessions()[0].conversation.history
+    async with session(server, seen) as (ws, history):
         await ws.send_json(typed("hello"))
         await ws.send_json({"type": "response.create"})
         await next_event(ws, "response.done", seen)
@@ -247,8 +258,7 @@ async def test_truncating_a_finished_reply_forgets_the_words_not_played(serve, n
         assert sent_ms > 0
 
         async def truncate(end_ms: int) -> None:
-            await ws.send_json({"type": "conversation.item.truncate", "item_id": item, "content_index": 0,
-                                "audio_end_ms": end_ms})
+            await ws.send_json(truncation(item, end_ms))
             await next_event(ws, "conversation.item.truncated", seen)
 
         await truncate(sent_ms // 4)
@@ -267,14 +277,11 @@ async def test_a_reply_truncated_while_it_is_spoken_keeps_only_what_was_played(s
     the history whole; its response.done still carries all it said, the history none of it."""
     server = await serve(new_pipeline)
     seen: list[dict[str, Any]] = []
-    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
-        await next_event(ws, "session.created", seen)
-        history = registry(server).sessions()[0].conversation.history
+    async with session(server, seen) as (ws, history):
         await ws.send_json(typed("what can you do"))
         await ws.send_json({"type": "response.create"})
         item = (await next_event(ws, "response.created", seen))["response"]["output"][0]["id"]
-        await ws.send_json({"type": "conversation.item.truncate", "item_id": item, "content_index": 0,
-                            "audio_end_ms": 0})
+        await ws.send_json(truncation(item, 0))
         await next_event(ws, "conversation.item.truncated", seen)
         done = await next_event(ws, "response.done", seen)
         assert done["response"]["status"] == "completed" and done["response"]["output"][0]["content"][0]["transcript"]
@@ -288,9 +295,7 @@ async def test_response_create_while_one_is_active_is_refused(serve, new_pipelin
     response.create after response.done, still work."""
     server = await serve(new_pipeline)
     seen: list[dict[str, Any]] = []
-    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/v1/realtime", "ws")) as ws:
-        await next_event(ws, "session.created", seen)
-        history = registry(server).sessions()[0].conversation.history
+    async with session(server, seen) as (ws, history):
         for event in (typed("hello"), {"type": "response.create", "event_id": "first"}, typed("and goodbye"),
                       {"type": "response.create", "event_id": "second"}):
             await ws.send_json(event)
