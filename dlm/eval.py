@@ -236,7 +236,8 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
     passes = dict.fromkeys(efforts, 0)
     compiled = CompiledSchema(assistant.call_schema)
     constrained_tokens = constrained_passes = 0
-    for example in tqdm(examples, desc="held-out dialogues", unit="dialogue", leave=False):
+    # disable=None: the bar only on a terminal, so a redirected log gets the table without carriage returns
+    for example in tqdm(examples, desc="held-out dialogues", unit="dialogue", leave=False, disable=None):
         ask = example.last_user_index() + 1
         prompt = assistant.prompt(example, ask)
         answer_prompt = assistant.prompt(example, len(example.messages) - 1) if example.call else None
