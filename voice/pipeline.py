@@ -310,6 +310,11 @@ class VoicePipeline:
         turn.speculative_final = None
         turn.trace.stamps.pop("silence_started", None)
         turn.counters["speculative_finals_discarded"] += 1
+        self._discard_speculative_reply(turn)
+
+    def _discard_speculative_reply(self, turn: Turn) -> None:
+        """Throw away the reply held back during the turn's hangover, unheard and unannounced (no event went
+        out for it), with what it added to the history; the turn is answered afresh when it ends."""
         reply, turn.speculative_reply = turn.speculative_reply, None
         if reply is None:
             return
@@ -532,9 +537,13 @@ class VoicePipeline:
             self._finish(reply, heard, cancelled=True)
 
     def _cut_reply(self) -> None:
-        """Stop the latest reply if it is still being produced, audible or paused (barge-in, cancel, new reply)."""
+        """Stop the latest reply if it is still being produced, audible or paused (barge-in, cancel, new reply).
+        One still held back in a turn's hangover is discarded instead: nothing of it went out to cancel."""
         reply = self._reply
         if reply is None or reply.dropped or not (reply.producing or reply.paused or reply.audible()):
+            return
+        if reply.held and self._turn is not None and self._turn.speculative_reply is reply:
+            self._discard_speculative_reply(self._turn)
             return
         if not reply.paused:
             self._pause(reply)

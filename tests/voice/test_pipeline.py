@@ -8,6 +8,8 @@ replies, real plumbing); tests that need meaningful answers need the demo checkp
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from voice.asr import WhisperAsr
 from voice.config import ROOT, PipelineConfig, load_config
 from voice.events import (
     AudioCleared,
+    PipelineError,
     ReplyTextDelta,
     ResponseDone,
     SpeechStarted,
@@ -83,8 +86,9 @@ async def converse(
     return result, pipeline
 
 
-def of_type(result: FileModeResult, kind: type) -> list:
-    return [e for e in result.events if isinstance(e, kind)]
+def of_type(result: FileModeResult | list[Any], kind: type) -> list:
+    """The events of ``kind`` a file-mode run (or a list of events) holds."""
+    return [e for e in (result if isinstance(result, list) else result.events) if isinstance(e, kind)]
 
 
 def audible_after(result: FileModeResult, seconds: float) -> bool:
@@ -228,6 +232,44 @@ async def test_a_held_reply_reads_a_tool_at_once_but_sets_a_timer_only_after_the
         marks = trace["other_marks_ms"]
         assert (marks["tool_call_1"] < marks["turn_end_detected"]) == runs_in_the_hangover, marks
         assert trace["speculative_replies_discarded"] == 0
+
+
+@pytest.mark.parametrize("action", ["cancel", "typed"])
+async def test_a_cancel_or_a_typed_response_discards_the_reply_held_in_the_hangover(resources: Resources,
+                                                                                    action: str) -> None:
+    """A Realtime response.cancel or response.create arriving while the turn's speculative reply was held back
+    had failed (the held reply has no end of speech to report) and left the session stuck. Now the held reply is
+    discarded unseen, and the turn is answered when it ends."""
+    pipeline = VoicePipeline(resources, long_hangover(resources))
+    events: list[Any] = []
+
+    async def collect() -> None:
+        async for event in pipeline.events():
+            events.append(event)
+
+    collector = asyncio.create_task(collect())
+    pcm = np.concatenate([np.zeros(CALLER_RATE // 2, dtype=np.int16), trimmed(say(resources, "What time is it?")),
+                          np.zeros(4 * CALLER_RATE, dtype=np.int16)])
+    step, start, acted = CALLER_RATE // 50, time.monotonic(), False
+    for at in range(0, len(pcm), step):
+        await pipeline.push_audio(pcm[at:at + step], CALLER_RATE, timestamp=start + at / CALLER_RATE)
+        await asyncio.sleep(max(0.0, start + (at + step) / CALLER_RATE - time.monotonic()))
+        turn = pipeline._turn  # private: the only way to act at the moment a reply is held
+        if not acted and turn is not None and turn.speculative_reply is not None:
+            acted = True
+            await (pipeline.cancel_response() if action == "cancel" else pipeline.respond("hello"))
+    assert acted, "a reply was held during the hangover"
+    async with asyncio.timeout(30):
+        while not [e for e in of_type(events, ResponseDone) if e.turn_id == 1]:
+            await asyncio.sleep(0.05)
+    await pipeline.close()
+    await collector
+
+    assert not of_type(events, PipelineError)
+    [spoken] = [e for e in of_type(events, ResponseDone) if e.turn_id == 1]
+    assert not spoken.cancelled and spoken.text and spoken.trace["speculative_replies_discarded"] == 1
+    if action == "typed":
+        assert [e.turn_id for e in of_type(events, ResponseDone)] == [2, 1], "the typed reply, then the turn's"
 
 
 async def test_resuming_after_a_long_pause_discards_the_speculative_reply(resources: Resources) -> None:

@@ -138,9 +138,9 @@ class RealtimeSession:
                                        code="conversation_already_has_active_response",
                                        event_id=event.get("event_id"))
             text = " ".join(self._pending_text) or None
-            self._pending_text.clear()
-            self.encoder.ask_response()
             await self.conversation.respond(text)
+            self._pending_text.clear()
+            self.encoder.ask_response()  # after respond(): one that failed leaves no response to wait for
         elif kind in ("response.cancel", "output_audio_buffer.clear"):
             await self.conversation.cancel_response()
         elif kind == "conversation.item.truncate":
