@@ -56,6 +56,14 @@ class SpanRun:
     drafts_redone: int = 0  # spans decoded again under the schema
 
 
+def _shortest_call(plan: SpanPlan, vocab: list[str]) -> int:
+    """Tokens a whole call takes at least (its tags and its shortest JSON): an answer that may be a call or JSON
+    offers the call only within a budget that holds one, or a small `max_tokens` would end every answer inside
+    a call."""
+    call = JsonSchemaConstraint(plan.span_schema, vocab, [plan.close_id])
+    return 2 + call.grammar.tokens_to_finish(call.state)
+
+
 def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, plan: SpanPlan, vocab: list[str],
                 knobs: Knobs, seed: int | None, run: SpanRun, bias: LogitBias | None = None) -> Iterator[list[int]]:
     """Yield newly final ids (span tags included, stop ids not); every `next` is one pass, on the worker.
@@ -66,6 +74,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
     sampling = Sampling(temperature=knobs.temperature, top_p=knobs.top_p)
     span_check = CompiledSchema(plan.span_schema) if plan.span_schema is not None else None
     generator = torch.Generator(device=engine.device).manual_seed(seed) if seed is not None else None
+    shortest_call = _shortest_call(plan, vocab) if plan.call_or_json else max_tokens + 1
     with torch.no_grad():
         session.prefill_now(prompt)
         state = session.state(len(prompt) + max_tokens + 2 * cfg.block_size)
@@ -79,7 +88,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
             _commit_full_blocks(state, tokens, cfg.block_size)
             budget = max_tokens - len(generated)
             if schema is not None:  # a constrained span
-                instead = (plan.open_id,) if plan.call_or_json and not generated else ()
+                instead = (plan.open_id,) if not generated and shortest_call <= budget else ()
                 constraint = JsonSchemaConstraint(schema, vocab, end_ids, instead_ids=instead)
                 for ids in constrained_decode(cfg, state, tokens, constraint, budget, sampling, policy.bar,
                                               state.last_logits, generator, bias):

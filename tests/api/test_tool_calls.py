@@ -183,3 +183,16 @@ def test_response_format_beside_auto_tools_streams_the_call(tagged_client):
     assert deltas[0].function.name == "get_weather"
     arguments = "".join(d.function.arguments or "" for d in deltas)
     jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
+
+
+def test_response_format_beside_tools_under_a_budget_no_call_fits_is_the_json(tagged_client):
+    """The call was offered whatever the budget, so at a max_tokens below any whole call every answer that took
+    it ended empty, finish length; now only the JSON is offered there, and it closes."""
+    schema = {"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]}}, "required": ["mood"],
+              "additionalProperties": False}
+    response_format = {"type": "json_schema", "json_schema": {"name": "mood", "schema": schema, "strict": True}}
+    for seed, temperature in enumerate([0.0, 1.0, 1.5, 2.0]):
+        resp = tagged_client.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER], max_tokens=20,
+            response_format=response_format, seed=seed, temperature=temperature)
+        assert _call_or_json(resp.choices[0], schema) == "json"  # half the seeds had ended empty
