@@ -5,25 +5,25 @@ string runs to `max_tokens` and the caller gets text no parser accepts. Every ch
 single-byte token in byte-level vocabularies, so a prefix whose shortest completion is at most the tokens
 left can always be finished, and a token is safe to commit when the state after it still fits.
 
-The completion is built as text, not only counted: the token-level walk that bounds the tokens still needed
-(`TokenGrammar.tokens_to_finish`) reads its next piece straight off it, where searching for a character
-that shortens the completion cost a cost evaluation per character tried (seconds a position on an object of
-30 free-keyed members). The tests check that it is exact: its length is zero exactly when the prefix is
-complete, drops by at most one per character, and the automaton accepts it as a whole instance.
+The completion is built as text, not only counted: the token-level bound on the tokens still needed
+(`TokenGrammar.tokens_to_finish`) cuts it into tokens, where searching for a character that shortens the
+completion cost a cost evaluation per character tried (seconds a position on an object of 30 free-keyed
+members). Only its length is cached per state: a text runs to the shortest instance of what is still open,
+thousands of characters under a large minItems, and caching one per state weighed had filled gigabytes. The
+tests check that it is exact: its length is zero exactly when the prefix is complete, drops by at most one per
+character, and the automaton accepts it as a whole instance.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from functools import lru_cache
 
 from dlm.constrained.json_prefix import NUMBER_ACCEPTING, JsonPrefixAutomaton, State
-from dlm.constrained.schema import CompiledSchema
+from dlm.constrained.schema import FILLER, CompiledSchema, shortest_text
 
 UNREACHABLE = 1 << 30  # a cost no budget meets (an unsatisfiable sub-schema)
 _MAX_CACHED_STATES = 200_000
-_FILLER = "a"  # a string character every string schema takes: minLength is the only constraint on content
 _FRESH_KEY_CHARS = "abcdefghijklmnopqrstuvwxyz"
 
 Text = str | None  # None: no completion exists
@@ -31,12 +31,6 @@ Text = str | None  # None: no completion exists
 
 def _join(*parts: Text) -> Text:
     return None if any(part is None for part in parts) else "".join(parts)  # type: ignore[arg-type]
-
-
-def _shortest(options: Iterable[Text]) -> Text:
-    """The shortest text, the first in character order among equals: the same whatever order `options` come
-    in (a state's stacks are a set), so decoding under a budget does not change from one process to the next."""
-    return min((option for option in options if option is not None), key=lambda t: (len(t), t), default=None)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -47,81 +41,44 @@ def _key_text(key: str) -> str:
 def admits_a_value(schema: CompiledSchema) -> bool:
     """Whether any JSON value is an instance: not when a minimum exceeds its maximum, or a required key's
     schema admits nothing. A decoder given such a schema would find no token to commit, midway."""
-    return CompletionCost(JsonPrefixAutomaton(schema)).value[0] is not None
+    return schema.shortest[0] is not None
 
 
 class CompletionCost:
-    """Shortest completions for one schema, cached per automaton state."""
+    """Shortest completions for one schema, their lengths cached per automaton state."""
 
     def __init__(self, automaton: JsonPrefixAutomaton):
         self.automaton = automaton
         self.schema: CompiledSchema = automaton.schema
+        self.value = self.schema.shortest
         self._members: dict[tuple[int, str], Text] = {}
-        self.value = self._shortest_values()
-        self._cache: dict[State, Text] = {}
+        self._lengths: dict[State, int] = {}
         self._missing: dict[tuple[int, frozenset], str | None] = {}
 
     def of(self, state: State) -> int:
         """The fewest characters completing `state` (UNREACHABLE for a dead state)."""
-        text = self.text(state)
-        return UNREACHABLE if text is None else len(text)
+        cost = self._lengths.get(state)
+        if cost is None:
+            if len(self._lengths) > _MAX_CACHED_STATES:
+                self._lengths.clear()
+            text = self.text(state)
+            cost = self._lengths[state] = UNREACHABLE if text is None else len(text)
+        return cost
 
     def text(self, state: State) -> Text:
         """A shortest completion of `state` (None for a dead state)."""
-        if state in self._cache:
-            return self._cache[state]
-        if len(self._cache) > _MAX_CACHED_STATES:
-            self._cache.clear()
-        text = self._cache[state] = _shortest(self._stack(stack) for stack in state)
-        return text
-
-    # --- whole values ---------------------------------------------------------------------------------
-    def _shortest_values(self) -> list[Text]:
-        """A shortest instance per node, by fixed point (schemas may refer to themselves)."""
-        texts: list[Text] = [None] * len(self.schema.nodes)
-        changed = True
-        while changed:
-            changed = False
-            for node_id in range(len(texts)):
-                new = self._node_text(node_id, texts)
-                if new is not None and (texts[node_id] is None or len(new) < len(texts[node_id])):
-                    texts[node_id], changed = new, True
-        return texts
-
-    def _node_text(self, node_id: int, texts: list[Text]) -> Text:
-        node = self.schema.nodes[node_id]
-        if node.kind in ("any", "number", "integer"):
-            return "0"
-        if node.kind == "literal":
-            return min(node.literals, key=len)
-        if node.kind == "string":
-            if node.max_length is not None and node.max_length < node.min_length:
-                return None
-            return '"' + _FILLER * node.min_length + '"'
-        if node.kind == "anyof":
-            return _shortest(texts[a] for a in node.alternatives)
-        if node.kind == "array":
-            if node.max_items is not None and node.max_items < node.min_items:
-                return None
-            item = texts[node.items] if node.min_items else ""
-            return None if item is None else "[" + ",".join([item] * node.min_items) + "]"
-        members = [self._member(node_id, key, texts) for key in sorted(node.required)]
-        return None if None in members else "{" + ",".join(members) + "}"  # type: ignore[arg-type]
+        return shortest_text(self._stack(stack) for stack in state)
 
     def _sub(self, node_id: int, key: str) -> int | None:
         properties, _, additional = self.automaton.object_shape(node_id)
         return properties.get(key, additional)
 
-    def _member(self, node_id: int, key: str, texts: list[Text] | None = None) -> Text:
-        """`"key":value` with the shortest value the object allows under that key (`texts`: the shortest
-        values found so far, while they are being found; cached once they are known)."""
-        if texts is None and (node_id, key) in self._members:
-            return self._members[node_id, key]
-        sub = self._sub(node_id, key)
-        member = None if sub is None else _join(_key_text(key), ":", (self.value if texts is None else texts)[sub])
-        if texts is None:
-            self._members[node_id, key] = member
-        return member
+    def _member(self, node_id: int, key: str) -> Text:
+        """`"key":value` with the shortest value the object allows under that key."""
+        if (node_id, key) not in self._members:
+            sub = self._sub(node_id, key)
+            self._members[node_id, key] = None if sub is None else _join(_key_text(key), ":", self.value[sub])
+        return self._members[node_id, key]
 
     # --- open frames ----------------------------------------------------------------------------------
     def _stack(self, stack: tuple) -> Text:
@@ -138,7 +95,7 @@ class CompletionCost:
         if kind == "val":
             return self.value[frame[1]]
         if kind == "lit":
-            return _shortest(option[frame[2]:] for option in frame[1])
+            return shortest_text(option[frame[2]:] for option in frame[1])
         if kind == "str":
             return self._string_rest(frame)
         if kind == "num":
@@ -156,7 +113,7 @@ class CompletionCost:
         node = self.schema.nodes[node_id]
         min_length = node.min_length if node.kind == "string" else 0
         pending = "" if esc == 0 else "n" if esc == -1 else "0" * esc  # an escape's rest: one character
-        return pending + _FILLER * max(0, min_length - n - (1 if pending else 0)) + '"'
+        return pending + FILLER * max(0, min_length - n - (1 if pending else 0)) + '"'
 
     def _object_rest(self, frame: tuple) -> Text:
         _, node_id, used, phase, key, _ = frame
@@ -195,7 +152,7 @@ class CompletionCost:
         options = [self._member(node_id, k) for k in properties if k not in used]
         if additional is not None:
             options.append(_join('"":', self.value[additional]))
-        return _shortest(options)
+        return shortest_text(options)
 
     def _array_rest(self, frame: tuple) -> Text:
         _, node_id, count, phase, _ = frame
@@ -226,7 +183,7 @@ class CompletionCost:
         _, node_id, used, _, _, _ = parent
         if key_frame[0] == "lit":
             done = key_frame[2]
-            return _shortest(_join(option[done:], self._object_rest(("obj", node_id, used, "colon", json.loads(option), 0)))
+            return shortest_text(_join(option[done:], self._object_rest(("obj", node_id, used, "colon", json.loads(option), 0)))
                              for option in key_frame[1])
         return self._free_key_then_value(node_id, used, key_frame)
 
@@ -255,4 +212,4 @@ class CompletionCost:
                 options.append(_join(fresh, unnamed))
         else:
             options.append(_join("n" if esc == -1 else "0" * esc, unnamed))
-        return _shortest(options)
+        return shortest_text(options)

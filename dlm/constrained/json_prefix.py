@@ -137,6 +137,8 @@ class JsonPrefixAutomaton:
         _, node_id, ws = frame
         if c in _WS:
             return [(("val", node_id, ws + 1),)] if ws < self.max_ws else []
+        if self.schema.shortest[node_id] is None:  # no instance: a value begun here could never be finished
+            return []
         node = self.schema.nodes[node_id]
         if node.kind == "anyof":
             return [new for alt in node.alternatives for new in self._value(("val", alt, ws), c)]

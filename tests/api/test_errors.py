@@ -110,6 +110,12 @@ def test_unknown_model(client):
             "required": ["a"]}}}]}, "tools[0].function.parameters: no JSON value satisfies"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
             "anyOf": [{"type": "string", "maxLength": i} for i in range(300)]}}}}, "too large"),
+        # found by fuzzing a live server: a MemoryError 500 (minItems 10**9 had the server killed), a TypeError 500
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "array", "minItems": 10**9}}}}, "minItems 1000000000 is more than any answer can hold"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+            "type": "object", "properties": {"a": {"allOf": [False]}}, "required": ["a"]}}}]},
+         "tools[0].function.parameters: a sub-schema admits no value"),
         # and these had been answered, wrongly: a call of a bare string, an enum that decoded to "Infinity"
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
          "must be a JSON schema of an object"),

@@ -341,3 +341,136 @@ def test_a_tool_with_long_required_arguments_fits_a_budget_its_characters_do_not
     for text, state in random_prefix_states(rng, grammar.automaton, 40):
         tokens, chars = grammar.tokens_to_finish(state), grammar.cost.of(state)
         assert tokens <= chars and (tokens == 0) == (chars == 0), text
+
+
+def random_combined_schema(rng: random.Random) -> dict[str, Any]:
+    """An object schema with keywords beside an anyOf/oneOf/allOf or a $ref, whose branches hold their own
+    properties, required keys, bounds, types and true/false: the decoder must honour both sides at once."""
+    def branch() -> Any:
+        if rng.random() < 0.15:
+            return rng.choice([True, False])
+        keys = rng.sample(["a", "b", "c"], rng.randint(0, 2))
+        sub: dict[str, Any] = {"properties": {k: rng.choice([{"type": "string", "maxLength": 2}, {"type": "integer"},
+                                                             {"enum": ["x", 1]}, {"minLength": 1}, True])
+                                              for k in keys},
+                               "required": [k for k in keys if rng.random() < 0.5]}
+        if rng.random() < 0.3:
+            sub["additionalProperties"] = False
+        if rng.random() < 0.3:
+            sub["type"] = rng.choice(["object", ["object", "null"]])
+        return sub
+
+    keys = rng.sample(["a", "b", "d"], rng.randint(0, 2))
+    schema: dict[str, Any] = {"type": "object", "properties": {k: {"type": rng.choice(["string", "integer"])}
+                                                                for k in keys},
+                              "required": [k for k in keys if rng.random() < 0.5]}
+    if rng.random() < 0.3:
+        schema["additionalProperties"] = rng.choice([False, {"type": "boolean"}])
+    combinator = rng.choice(["anyOf", "oneOf", "allOf", "$ref"])
+    if combinator == "$ref":
+        schema["$ref"] = "#/$defs/base"
+        schema["$defs"] = {"base": branch()}
+    else:
+        schema[combinator] = [branch() for _ in range(rng.randint(1, 3))]
+    return schema
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_keywords_beside_a_combinator_or_ref_hold_together_with_it(seed: int) -> None:
+    """What the automaton completes validates against the whole schema (they had been overwritten by a
+    branch's own: a branch's `required` replaced the parent's). A oneOf is decoded only where strict
+    compiling proves its branches disjoint; a schema refused must be refused with SchemaError, nothing else."""
+    rng = random.Random(seed)
+    schema = random_combined_schema(rng)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    try:
+        compiled = CompiledSchema(schema, strict="oneOf" in schema)
+    except SchemaError:
+        return
+    automaton = JsonPrefixAutomaton(compiled)
+    for _ in range(15):
+        text = random_walk(rng, automaton)
+        if text is not None:
+            value = json.loads(text)
+            jsonschema.validate(value, schema)
+            assert check(value, compiled) == []
+
+
+def _decoded(schema: dict[str, Any], budget: int = 40) -> list[Any]:
+    """Values decoded from random allowed characters within a budget that makes every one close."""
+    vocab = ["", *CHARSET]
+    rng, values = random.Random(0), []
+    for _ in range(10):
+        constraint = JsonSchemaConstraint(schema, vocab, [0])
+        for left in range(budget, 0, -1):
+            constraint.advance(rng.choice(constraint.allowed_token_ids(left)))
+            if constraint.stopped:
+                break
+        values.append(json.loads(constraint.text))
+    return values
+
+
+def test_a_parents_required_keys_survive_a_branch_that_requires_others() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+              "anyOf": [{"properties": {"b": {"type": "string"}}, "required": ["b"]}, {"required": ["c"]}]}
+    values = _decoded(schema)
+    assert values and all("a" in v and ("b" in v or "c" in v) for v in values)
+    automaton = JsonPrefixAutomaton(CompiledSchema(schema))
+    assert not automaton.is_complete(automaton.feed(automaton.initial(), '{"b": "x"}'))
+    assert automaton.is_complete(automaton.feed(automaton.initial(), '{"a": 1, "b": "x"}'))
+
+
+def test_keywords_beside_a_ref_apply_to_its_schema() -> None:
+    schema = {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+              "$ref": "#/$defs/point", "required": ["x", "label"], "properties": {"label": {"maxLength": 3}}}
+    automaton = JsonPrefixAutomaton(CompiledSchema(schema))
+    assert not automaton.is_complete(automaton.feed(automaton.initial(), '{"x": 1}'))
+    assert not automaton.feed(automaton.initial(), '{"x": 1, "label": "abcd"')
+    assert automaton.is_complete(automaton.feed(automaton.initial(), '{"x": 1, "label": "abc"}'))
+
+
+@pytest.mark.parametrize(("schema", "instance", "other"), [
+    ({"anyOf": [False, {"type": "string"}]}, '"s"', "1"),
+    ({"oneOf": [True, {"type": "string"}]}, "1", None),  # lax: decoded as anyOf, so anything
+    ({"allOf": [True, {"type": "integer"}]}, "3", '"s"'),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False,
+      "anyOf": [{"required": ["a"]}, False]}, '{"a": 1}', "{}"),
+])
+def test_true_and_false_are_schemas_inside_combinators(schema: dict[str, Any], instance: str, other: str | None) -> None:
+    """true takes any value, false none: a false branch is left out (it had raised a TypeError, a 500)."""
+    automaton = JsonPrefixAutomaton(CompiledSchema(schema))
+    assert automaton.is_complete(automaton.feed(automaton.initial(), instance))
+    if other is not None:
+        state = automaton.feed(automaton.initial(), other)
+        assert not state or not automaton.is_complete(state)
+
+
+@pytest.mark.parametrize(("schema", "message"), [
+    ({"allOf": [False]}, "admits no value"),
+    ({"anyOf": [False, False]}, "anyOf admits no value"),
+    ({"oneOf": [{"type": "string"}], "type": "integer"}, "oneOf admits no value"),
+    ({"type": "array", "minItems": 100_000}, "minItems 100000 is more than any answer can hold"),
+    ({"type": "array", "minItems": 10**9}, "minItems"),
+    ({"type": "string", "minLength": 10**12}, "minLength"),
+    ({"type": "array", "minItems": 4000, "items": {"type": "array", "minItems": 4000}}, "minimums multiply"),
+    ({"type": "object", "properties": {k: {"type": "string", "minLength": 4096} for k in "abcde"},
+      "required": ["a", "b"], "allOf": [{"required": ["c", "d"]}, {"required": ["e"]}]}, "over 16384 characters"),
+    ({"anyOf": [{"type": "string"}], "items": {"type": "string"}, "type": "array", "minItems": 1,
+      "allOf": [{"anyOf": [{"type": "integer"}]}]}, "anyOf is given differently"),
+])
+def test_schemas_no_answer_can_meet_are_refused_at_once(schema: dict[str, Any], message: str) -> None:
+    """Before anything of their size is built: minItems 10**9 had grown the decoder's completions until the
+    server ran out of memory."""
+    with pytest.raises(SchemaError, match=message):
+        CompiledSchema(schema)
+
+
+def test_a_large_but_allowed_minimum_decodes_in_linear_time() -> None:
+    """minItems at the cap: the token bound walks one completion instead of rebuilding one per token."""
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 2000}
+    vocab = ["", *CHARSET, "0,", "[0"]
+    constraint = JsonSchemaConstraint(schema, vocab, [0])
+    for _ in range(40):
+        allowed = constraint.allowed_token_ids(budget=3000)
+        constraint.advance(vocab.index("0,") if vocab.index("0,") in allowed else allowed[-1])
+    assert constraint.grammar.tokens_to_finish(constraint.state) <= 2 * 2000
