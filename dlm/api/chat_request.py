@@ -6,12 +6,12 @@ that asks for them would otherwise get an answer that looks right and is not.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from dlm.api.errors import APIError, bad_request
+from dlm.api.json_text import JsonTextError, loads_client_json
 from dlm.api.limits import ApiLimits
 from dlm.constrained import CompiledSchema, SchemaError, admits_a_value, check_schema
 
@@ -182,7 +182,7 @@ def _stop(value: Any) -> tuple[str, ...]:
 def _effort(value: Any) -> str | None:
     if value is None:
         return None
-    if value not in EFFORTS:
+    if not isinstance(value, str) or value not in EFFORTS:
         raise bad_request(f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {value!r}",
                           "reasoning_effort")
     return EFFORTS[value]
@@ -240,10 +240,11 @@ def _history_tool_call(call: Any, where: str) -> dict[str, Any]:
         raise bad_request(f"{where} must be {{'type': 'function', 'function': {{'name': ...}}}}", where)
     arguments = fn.get("arguments", "{}")
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except json.JSONDecodeError:
-            raise bad_request(f"{where}.function.arguments is not valid JSON", f"{where}.function.arguments") from None
+        try:  # the client's JSON rules: no NaN, no lone surrogate, bounded nesting and digits
+            arguments = loads_client_json(arguments or "{}")
+        except JsonTextError as exc:
+            raise bad_request(f"{where}.function.arguments is not valid JSON: {exc}",
+                              f"{where}.function.arguments") from None
     return {"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": arguments}}
 
 

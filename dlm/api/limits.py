@@ -53,10 +53,14 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
     if request.content_length is not None and request.content_length > max_bytes:
         raise _too_large(max_bytes)
     data = bytearray()
-    async for chunk in request.content.iter_chunked(1 << 16):
-        data += chunk
-        if len(data) > max_bytes:
-            raise _too_large(max_bytes)
+    try:
+        async for chunk in request.content.iter_chunked(1 << 16):
+            data += chunk
+            if len(data) > max_bytes:
+                raise _too_large(max_bytes)
+    except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode, a broken chunked framing
+        reason = str(exc).split("message:", 1)[-1].strip()  # aiohttp words it "400, message: <reason>"
+        raise bad_request(f"the request body cannot be read: {reason}", code="invalid_body") from None
     return bytes(data)
 
 

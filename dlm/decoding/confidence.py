@@ -16,16 +16,22 @@ import torch
 
 import kernels
 
+GREEDY_BELOW = 1e-4
+"""Temperatures under this decode greedily: tempering then changes the pick only between logits closer than the
+temperature, and float32 logits divided by one near 1e-38 overflow to infinity (a 500 from the API)."""
+
 
 @dataclass(frozen=True)
 class Sampling:
-    temperature: float = 0.0  # 0 = greedy
+    temperature: float = 0.0  # 0 = greedy (as is anything below GREEDY_BELOW)
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.temperature < GREEDY_BELOW:
+            object.__setattr__(self, "temperature", 0.0)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:

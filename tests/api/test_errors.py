@@ -169,6 +169,43 @@ def test_bodies_python_reads_but_json_forbids(server, raw, fragment):
     assert fragment in _error(_request(server.url + "/v1/chat/completions", raw), 400)["message"]
 
 
+def test_a_body_its_content_encoding_does_not_decode(server):
+    """Had been a 500 with aiohttp's traceback logged."""
+    resp = _request(server.url + "/v1/chat/completions", b"xxxx", {"Content-Encoding": "deflate"})
+    assert _error(resp, 400)["message"] == "the request body cannot be read: Can not decode content-encoding: deflate"
+
+
+def _with_past_call(arguments: str) -> list[dict]:
+    return [{"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]},
+            *USER]
+
+
+@pytest.mark.parametrize(("kwargs", "fragment"), [
+    ({"reasoning_effort": []}, "'reasoning_effort' must be one of"),  # unhashable: a TypeError 500
+    # a past call's arguments read by the client JSON rules (had been a ValueError, RecursionError, TypeError
+    # 500, and NaN accepted)
+    ({"messages": _with_past_call("1" * 5000)}, "arguments is not valid JSON: Exceeds the limit"),
+    ({"messages": _with_past_call("[" * 20_000 + "]" * 20_000)}, "arguments is not valid JSON: it is nested too"),
+    ({"messages": _with_past_call('{"a": "\\ud800"}')}, "arguments is not valid JSON: it holds a lone UTF-16"),
+    ({"messages": _with_past_call('{"a": NaN}')}, "arguments is not valid JSON: NaN is not a JSON number"),
+])
+def test_odd_values_a_live_server_had_answered_500(client, kwargs, fragment):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL_NAME, **{"messages": USER, **kwargs})
+    assert fragment in info.value.message
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_vanishing_temperature_decodes_greedily(client, stream):
+    """1e-39 divided float32 logits into infinities: a 500, or a server_error event in the stream."""
+    greedy = client.chat.completions.create(model=MODEL_NAME, messages=USER, max_tokens=8, temperature=0)
+    tiny = client.chat.completions.create(model=MODEL_NAME, messages=USER, max_tokens=8, temperature=1e-39,
+                                          stream=stream)
+    text = "".join(c.choices[0].delta.content or "" for c in tiny) if stream else tiny.choices[0].message.content
+    assert text == greedy.choices[0].message.content
+
+
 def test_prompt_token_limit(client):
     long = [{"role": "user", "content": "y" * (LIMITS.max_prompt_tokens + 1)}]
     with pytest.raises(openai.BadRequestError, match="the prompt has"):
