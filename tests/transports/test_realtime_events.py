@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from voice.transports.realtime_events import (
     RealtimeEncoder,
     SessionConfig,
     apply_session_update,
+    check_response_options,
 )
 
 
@@ -68,3 +71,60 @@ def test_a_response_is_active_from_its_request_to_its_done() -> None:
     assert not enc.responding
     enc.encode(ReplyTextDelta(3, "Hello."))  # a response the server started on its own (the caller's turn)
     assert enc.responding
+
+
+def test_session_update_refuses_what_it_would_acknowledge_and_ignore() -> None:
+    """output_modalities ["text"] had been answered with session.updated (and audio replies); every field is now
+    applied, accepted only where it asks for what happens anyway, or refused naming it."""
+    config = SessionConfig(id="s")
+    same = apply_session_update(config, {
+        "type": "realtime", "model": "dlm-voice", "output_modalities": ["audio"], "modalities": ["text", "audio"],
+        "tools": [], "tool_choice": "auto", "input_audio_transcription": {"model": "whisper-1"},
+        "audio": {"input": {"noise_reduction": None, "transcription": {"model": "x", "language": "en"},
+                            "turn_detection": {"type": "server_vad", "create_response": True, "threshold": None}},
+                  "output": {"speed": 1.0, "voice": "alloy"}}})
+    assert same == replace(config, voice="alloy")
+    refusals = [
+        ({"output_modalities": ["text"]}, "unsupported_value", "session.output_modalities"),
+        ({"modalities": ["text"]}, "unsupported_value", "session.modalities"),
+        ({"audio": {"output": {"speed": 1.5}}}, "unsupported_value", "session.audio.output.speed"),
+        ({"audio": {"input": {"transcription": {"language": "fr"}}}}, "unsupported_value",
+         "session.audio.input.transcription"),
+        ({"audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 800}}}},
+         "unsupported_value", "session.audio.input.turn_detection.silence_duration_ms"),
+        ({"turn_detection": {"type": "server_vad", "create_response": False}}, "unsupported_value",
+         "session.turn_detection.create_response"),
+        ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_value", "session.tools"),
+        ({"model": "gpt-4o"}, "unsupported_value", "session.model"),
+        ({"temperature": 0.6}, "unknown_parameter", "session.temperature"),
+        ({"audio": {"output": {"pitch": 2}}}, "unknown_parameter", "session.audio.output.pitch"),
+        ({"audio": []}, "invalid_request", "session.audio"),
+    ]
+    for update, code, param in refusals:
+        with pytest.raises(ClientEventError) as refused:
+            apply_session_update(config, {"instructions": "applied only with the rest", **update})
+        assert (refused.value.code, refused.value.param) == (code, param), update
+        assert param in refused.value.message
+    with pytest.raises(ClientEventError, match=r"output_modalities can only be \['audio'\]"):
+        apply_session_update(config, {"output_modalities": ["text"]})
+
+
+def test_response_options_are_checked_not_ignored() -> None:
+    """response.create's 'response' had been ignored whole; what the session cannot do for it is refused."""
+    config = SessionConfig(id="s", instructions="be brief")
+    for fine in (None, {}, {"output_modalities": ["audio"], "conversation": "auto", "instructions": "be brief",
+                            "max_output_tokens": "inf", "tool_choice": "none"}):
+        check_response_options(fine, config)
+    refusals = [
+        ("nope", "invalid_request", "response"),
+        ({"instructions": 5}, "invalid_request", "response.instructions"),
+        ({"instructions": "be verbose"}, "unsupported_value", "response.instructions"),
+        ({"modalities": ["text"], "instructions": 5}, "unsupported_value", "response.modalities"),
+        ({"output_modalities": ["text"]}, "unsupported_value", "response.output_modalities"),
+        ({"conversation": "none"}, "unsupported_value", "response.conversation"),
+        ({"input": []}, "unknown_parameter", "response.input"),
+    ]
+    for response, code, param in refusals:
+        with pytest.raises(ClientEventError) as refused:
+            check_response_options(response, config)
+        assert (refused.value.code, refused.value.param) == (code, param), response

@@ -336,3 +336,33 @@ async def test_session_instructions_reach_the_pipeline(serve, resources) -> None
         assert (await next_event(ws, "session.updated", seen))["session"]["instructions"] == "answer in one word."
     assert told == ["answer in one word."]
     assert await drained(server)
+
+
+async def test_options_the_server_would_ignore_are_refused_and_the_session_lives_on(serve, new_pipeline) -> None:
+    """Text-only output (session.update output_modalities, response.create's response) had been acknowledged
+    and answered with audio, and a response's instructions of 5 taken; each is now an error event naming the
+    field and the client's event, nothing of a refused update is applied, and a valid response still follows."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with session(server, seen) as (ws, _):
+        refused = [
+            ({"type": "session.update", "event_id": "u1",
+              "session": {"instructions": "be terse", "output_modalities": ["text"]}}, "session.output_modalities"),
+            ({"type": "response.create", "event_id": "r1", "response": {"instructions": 5}},
+             "response.instructions"),
+            ({"type": "response.create", "event_id": "r2", "response": {"modalities": ["text"]}},
+             "response.modalities"),
+        ]
+        for event, param in refused:
+            await ws.send_json(event)
+            error = (await next_event(ws, "error", seen))["error"]
+            assert (error["param"], error["event_id"], error["type"]) == (param, event["event_id"],
+                                                                          "invalid_request_error"), error
+        await ws.send_json({"type": "session.update", "session": {}})
+        unchanged = (await next_event(ws, "session.updated", seen))["session"]
+        assert unchanged["instructions"] == "" and unchanged["output_modalities"] == ["audio"]
+        await ws.send_json(typed("hello"))
+        await ws.send_json({"type": "response.create", "response": {"output_modalities": ["audio"]}})
+        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
+    assert [e["error"]["event_id"] for e in seen if e["type"] == "error"] == ["u1", "r1", "r2"]
+    assert await drained(server)

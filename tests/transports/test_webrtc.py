@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from typing import Any
 
 import aiohttp
@@ -144,9 +145,40 @@ async def test_bad_offers_are_refused_and_the_server_carries_on(serve, new_pipel
             bad_session = aiohttp.FormData({"sdp": no_audio, "session": session})
             async with http.post(url(server, CALLS), data=bad_session) as res:
                 assert res.status == 400 and (await res.json())["error"]["code"] == "invalid_json"
+        padded = offer + "a=x-pad:" + "y" * 70_000 + "\r\n"  # had been a 201 as a form, a 413 raw
+        raw_refusal = None
+        for body, headers in ((padded, sdp), (aiohttp.FormData({"sdp": padded}, default_to_multipart=True), {})):
+            async with http.post(url(server, CALLS), data=body, headers=headers) as res:
+                assert res.status == 413
+                refusal = (await res.json())["error"]
+            assert refusal["code"] == "request_too_large" and refusal["param"] == "sdp"
+            assert refusal["message"] == (raw_refusal or refusal)["message"]
+            raw_refusal = raw_refusal or refusal
         assert await drained(server)
         async with http.get(url(server, "/healthz")) as res:
             assert (await res.json())["sessions"] == 0
+
+
+async def test_offer_bundling_a_missing_audio_line_is_refused_cleanly(serve, new_pipeline, caplog) -> None:
+    """A data channel offered without the audio its BUNDLE names got its 400, but its clean-up had failed
+    inside aiortc (logged at ERROR, the rest of the peer connection's close skipped); it is now refused before
+    aiortc builds anything, and the one session slot serves the next call."""
+    server = await serve(new_pipeline, max_sessions=1)
+    offer = await Client().offer()
+    no_audio = offer.split("m=audio")[0] + "m=application" + offer.split("m=application", 1)[1]
+    assert "a=group:BUNDLE 0 1" in no_audio and "m=audio" not in no_audio
+    client = Client()
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url(server, CALLS), data=no_audio, headers={"Content-Type": "application/sdp"}) as res:
+            assert res.status == 400
+            error = (await res.json())["error"]
+        assert error["code"] == "invalid_sdp" and "no audio m-line" in error["message"]
+        assert await drained(server)
+        await client.call(http, server)
+        assert (await client.wait_for("session.created"))["type"] == "session.created"
+    await client.pc.close()
+    assert await drained(server)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 async def test_multipart_offer_with_session_and_the_session_limit(serve, new_pipeline) -> None:

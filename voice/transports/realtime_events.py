@@ -4,7 +4,8 @@ Both the ``/v1/realtime`` websocket and the WebRTC ``oai-events`` data channel s
 parsed and validated here (a bad one becomes an ``error`` event, never an exception that ends a session),
 and pipeline events are turned into the server events an existing Realtime client expects. Names follow
 the GA protocol (``response.output_audio.delta``, ``audio.input.format`` ...); the beta session fields
-(``input_audio_format: "pcm16"``) are accepted too.
+(``input_audio_format: "pcm16"``) are accepted too. A session or response option is applied, accepted where it
+asks for what happens anyway, or refused naming the field: none is acknowledged and then ignored.
 
 Extensions, ignored by standard clients: a transcription delta carries ``tentative`` (the words the
 recogniser may still change) and ``response.done`` carries ``trace`` (the turn's latency breakdown).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -132,18 +134,99 @@ class SessionConfig:
         }
 
 
+@dataclass(frozen=True)
+class Fixed:
+    """A setting this server does not change: accepted only when it asks for what happens anyway, so that no
+    request is acknowledged and then ignored."""
+
+    accepts: Callable[[Any], bool]
+    supported: str  # what a client asking for something else is told to use
+
+
+APPLIED = None
+"""A field's rule when the code beside the table applies it (or validates it further itself)."""
+Rules = Mapping[str, Fixed | None]
+
+SPOKEN = Fixed(lambda v: isinstance(v, list) and all(isinstance(m, str) for m in v) and "audio" in v
+               and set(v) <= {"audio", "text"},
+               "['audio']: every reply is spoken, its transcript comes with it (text-only replies are not supported)")
+NO_TOOLS = Fixed(lambda v: v == [], "[]: client function tools are not supported")
+TOOL_CHOICE = Fixed(lambda v: v in ("auto", "none"), "'auto' or 'none' (no client tools)")
+NO_TOKEN_LIMIT = Fixed(lambda v: v == "inf", "'inf': a reply ends where the model ends it")
+SPEED = Fixed(lambda v: v == 1 and not isinstance(v, bool), "1.0, the bundled Piper voice's only speed")
+NO_NOISE_REDUCTION = Fixed(lambda v: v is None, "null: no noise reduction is applied")
+TRANSCRIPTION = Fixed(lambda v: isinstance(v, dict) and set(v) <= {"model", "language", "prompt"}
+                      and v.get("language") in (None, "en") and not v.get("prompt"),
+                      "an object without prompt, language 'en': caller speech is always transcribed by "
+                      "whisper-tiny.en (any model name selects it)")
+
+SESSION_FIELDS: Rules = {
+    "type": Fixed(lambda v: v == "realtime", "'realtime'"),
+    "model": Fixed(lambda v: v == MODEL_NAME, f"{MODEL_NAME!r}, the model this server runs"),
+    "instructions": APPLIED, "voice": APPLIED, "audio": APPLIED, "turn_detection": APPLIED,
+    "input_audio_format": APPLIED, "output_audio_format": APPLIED,
+    "output_modalities": SPOKEN, "modalities": SPOKEN, "input_audio_transcription": TRANSCRIPTION,
+    "input_audio_noise_reduction": NO_NOISE_REDUCTION, "tools": NO_TOOLS, "tool_choice": TOOL_CHOICE,
+    "max_output_tokens": NO_TOKEN_LIMIT, "max_response_output_tokens": NO_TOKEN_LIMIT, "speed": SPEED,
+}
+AUDIO_FIELDS: Rules = {"input": APPLIED, "output": APPLIED}
+AUDIO_INPUT_FIELDS: Rules = {"format": APPLIED, "turn_detection": APPLIED, "transcription": TRANSCRIPTION,
+                             "noise_reduction": NO_NOISE_REDUCTION}
+AUDIO_OUTPUT_FIELDS: Rules = {"format": APPLIED, "voice": APPLIED, "speed": SPEED}
+_VAD_DEFAULT = Fixed(lambda v: v is None, "null: the server's VAD settings are not set per session")
+TURN_DETECTION_FIELDS: Rules = {
+    "type": APPLIED,
+    "create_response": Fixed(lambda v: v is True, "true: every turn the server detects is answered"),
+    "interrupt_response": Fixed(lambda v: v is True, "true: the caller's speech interrupts a reply"),
+    "eagerness": Fixed(lambda v: v == "auto", "'auto'"),
+    "threshold": _VAD_DEFAULT, "prefix_padding_ms": _VAD_DEFAULT, "silence_duration_ms": _VAD_DEFAULT,
+    "idle_timeout_ms": _VAD_DEFAULT,
+}
+
+
+def check_fields(obj: dict[str, Any], rules: Rules, param: str) -> None:
+    """Refuse fields this server does not know and fixed ones asking for something else, naming the field."""
+    for key, value in obj.items():
+        if key not in rules:
+            raise ClientEventError(f"unknown or unsupported parameter '{param}.{key}'", code="unknown_parameter",
+                                   param=f"{param}.{key}")
+        rule = rules[key]
+        if rule is not None and not rule.accepts(value):
+            raise ClientEventError(f"{param}.{key} can only be {rule.supported}", code="unsupported_value",
+                                   param=f"{param}.{key}")
+
+
+def _sub_object(parent: dict[str, Any], key: str, rules: Rules, param: str) -> dict[str, Any]:
+    """``parent[key]`` (empty when absent or null) with its fields checked against ``rules``."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ClientEventError(f"{param}.{key} must be an object", param=f"{param}.{key}")
+    check_fields(value, rules, f"{param}.{key}")
+    return value
+
+
+def _turn_detection(turn: Any, param: str) -> dict[str, Any]:
+    """The pipeline always finds turns with its VAD (input_audio_buffer.commit can still end one early), so
+    switching detection off, or tuning it per session, is refused rather than acknowledged and ignored."""
+    if not (isinstance(turn, dict) and turn.get("type") in ("server_vad", "semantic_vad")):
+        raise ClientEventError("this server always detects turns: turn_detection must be "
+                               "{'type': 'server_vad'} (or 'semantic_vad'); commit ends a turn early",
+                               code="unsupported_value", param=param)
+    check_fields(turn, TURN_DETECTION_FIELDS, param)
+    return {"type": "server_vad"}
+
+
 def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
     """Merge a ``session.update`` body into ``config``, refusing what this server cannot do."""
     if not isinstance(session, dict):
         raise ClientEventError("session.update needs a 'session' object", param="session")
+    check_fields(session, SESSION_FIELDS, "session")
+    audio = _sub_object(session, "audio", AUDIO_FIELDS, "session")
+    audio_in = _sub_object(audio, "input", AUDIO_INPUT_FIELDS, "session.audio")
+    audio_out = _sub_object(audio, "output", AUDIO_OUTPUT_FIELDS, "session.audio")
     changes: dict[str, Any] = {}
-    audio = session.get("audio") or {}
-    if not isinstance(audio, dict):
-        raise ClientEventError("session.audio must be an object", param="session.audio")
-    audio_in, audio_out = audio.get("input") or {}, audio.get("output") or {}
-    for side, value in (("input", audio_in), ("output", audio_out)):
-        if not isinstance(value, dict):
-            raise ClientEventError(f"session.audio.{side} must be an object", param=f"session.audio.{side}")
     if "format" in audio_in:
         changes["input_format"] = parse_audio_format(audio_in["format"], "session.audio.input.format")
     if "input_audio_format" in session:
@@ -159,16 +242,42 @@ def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
             if not isinstance(value, str):
                 raise ClientEventError(f"session.{key} must be a string", param=f"session.{key}")
             changes[key] = value
-    turn = audio_in["turn_detection"] if "turn_detection" in audio_in else session.get("turn_detection", ...)
-    if turn is not ...:
-        # The pipeline always finds turns with its VAD (input_audio_buffer.commit can still end one early),
-        # so switching detection off is refused rather than acknowledged and ignored.
-        if not (isinstance(turn, dict) and turn.get("type") in ("server_vad", "semantic_vad")):
-            raise ClientEventError("this server always detects turns: turn_detection must be "
-                                   "{'type': 'server_vad'} (or 'semantic_vad'); commit ends a turn early",
-                                   param="session.audio.input.turn_detection")
-        changes["turn_detection"] = {"type": "server_vad"}
+    if "turn_detection" in audio_in:
+        changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], "session.audio.input.turn_detection")
+    elif "turn_detection" in session:
+        changes["turn_detection"] = _turn_detection(session["turn_detection"], "session.turn_detection")
     return replace(config, **changes)
+
+
+RESPONSE_FIELDS: Rules = {
+    "instructions": APPLIED, "output_modalities": SPOKEN, "modalities": SPOKEN,
+    "conversation": Fixed(lambda v: v == "auto", "'auto': a response joins the conversation (out-of-band "
+                                                  "responses are not supported)"),
+    "tools": NO_TOOLS, "tool_choice": TOOL_CHOICE, "max_output_tokens": NO_TOKEN_LIMIT,
+    "max_response_output_tokens": NO_TOKEN_LIMIT,
+}
+
+
+def check_response_options(response: Any, config: SessionConfig) -> None:
+    """Refuse a ``response.create`` whose ``response`` asks for what the session will not do for it.
+
+    The LM's instructions are its session-wide system message, so a response can only repeat the session's;
+    other instructions are refused (set them with session.update) rather than dropped.
+    """
+    if response is None:
+        return
+    if not isinstance(response, dict):
+        raise ClientEventError("response.create's 'response' must be an object", param="response")
+    check_fields(response, RESPONSE_FIELDS, "response")
+    instructions = response.get("instructions")
+    if instructions is None:
+        return
+    if not isinstance(instructions, str):
+        raise ClientEventError("response.instructions must be a string", param="response.instructions")
+    if instructions != config.instructions:
+        raise ClientEventError("per-response instructions are not supported: set them for the session with "
+                               "session.update (response.instructions may only repeat session.instructions)",
+                               code="unsupported_value", param="response.instructions")
 
 
 # ---------------------------------------------------------------------------------------------- parsing

@@ -26,6 +26,7 @@ from voice.transports.realtime_events import (
     RealtimeEncoder,
     SessionConfig,
     apply_session_update,
+    check_response_options,
     decode_audio_append,
     error_event,
     parse_client_event,
@@ -105,16 +106,21 @@ class RealtimeSession:
         self.conversation.instruct(self.config.instructions)
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
+        """Act on a parsed event; a refusal names the client's event_id, so the client knows which one failed."""
+        try:
+            await self._act(event)
+        except ClientEventError as err:
+            if err.event_id is None and isinstance(event.get("event_id"), str):
+                err.event_id = event["event_id"]
+            raise
+
+    async def _act(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind == "input_audio_buffer.append":
             pcm = decode_audio_append(event, self.config.input_format)
             await self.conversation.push_audio(pcm, self.config.input_format.rate)
         elif kind == "session.update":
-            try:
-                self.update_session(event.get("session"))
-            except ClientEventError as err:
-                err.event_id = event.get("event_id")
-                raise
+            self.update_session(event.get("session"))
             await self._send(self.encoder.event("session.updated", session=self.config.to_json()))
         elif kind == "input_audio_buffer.commit":
             await self.conversation.commit_turn()
@@ -132,6 +138,7 @@ class RealtimeSession:
             await self._send(self.encoder.event("conversation.item.added", item=item))
             await self._send(self.encoder.event("conversation.item.done", item=item))
         elif kind == "response.create":
+            check_response_options(event.get("response"), self.config)
             if self.encoder.responding:  # as OpenAI's server does; respond() would cut the active one
                 raise ClientEventError("the conversation already has an active response in progress: wait for its "
                                        "response.done (or send response.cancel) before creating another",

@@ -40,6 +40,7 @@ from aiortc import (
 )
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
+from aiortc.sdp import SessionDescription as ParsedSdp
 
 from dlm.api.errors import APIError, bad_request
 from dlm.api.json_text import JsonTextError, loads_client_json
@@ -167,6 +168,30 @@ def to_mono(frame: av.AudioFrame) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- calls
 
+def _malformed(err: Exception) -> APIError:
+    return bad_request(f"malformed SDP offer: {err or type(err).__name__}", param="sdp", code="invalid_sdp")
+
+
+def check_offer(offer_sdp: str) -> None:
+    """Refuse an offer we cannot serve before aiortc builds anything from it, so a refused call leaves
+    nothing to clean up: an offer bundling a mid that no m-line has (a data channel without its audio) had
+    left aiortc a data channel with no transport, whose close then failed."""
+    try:
+        offer = ParsedSdp.parse(offer_sdp)
+    except Exception as err:  # the parser raises ValueError, IndexError, ... on broken SDP
+        raise _malformed(err) from None
+    if not any(media.kind == "audio" for media in offer.media):
+        raise bad_request("the SDP offer has no audio m-line", param="sdp", code="invalid_sdp")
+    mids = {media.rtp.muxId for media in offer.media}
+    unknown = [mid for group in offer.group if group.semantic == "BUNDLE" for mid in group.items if mid not in mids]
+    if unknown:
+        raise bad_request(f"the SDP offer's BUNDLE group names mid {unknown[0]!r}, which no m-line has",
+                          param="sdp", code="invalid_sdp")
+    if "a=fingerprint:" not in offer_sdp:  # DTLS could never start: aiortc fails later, in a background task
+        raise bad_request("the SDP offer has no DTLS fingerprint (a=fingerprint)", param="sdp",
+                          code="invalid_sdp")
+
+
 class WebRtcCall:
     """One browser call: peer connection, paced output track, caller audio in, Realtime events."""
 
@@ -188,17 +213,12 @@ class WebRtcCall:
 
     async def answer(self, offer_sdp: str) -> str:
         """Apply the browser's offer and return our answer (ICE candidates included)."""
+        check_offer(offer_sdp)
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
         except Exception as err:  # aiortc raises ValueError, KeyError, ... on broken SDP
-            raise bad_request(f"malformed SDP offer: {err or type(err).__name__}", param="sdp",
-                              code="invalid_sdp") from None
+            raise _malformed(err) from None
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
-        if not audio:
-            raise bad_request("the SDP offer has no audio m-line", param="sdp", code="invalid_sdp")
-        if "a=fingerprint:" not in offer_sdp:  # DTLS could never start: aiortc fails later, in a background task
-            raise bad_request("the SDP offer has no DTLS fingerprint (a=fingerprint)", param="sdp",
-                              code="invalid_sdp")
         if self.config.jitter is not None:
             tune_jitter_buffer(audio[0].receiver, self.config.jitter)
         self.pc.addTrack(self.track)
@@ -303,6 +323,12 @@ class WebRtcCall:
 
 # ---------------------------------------------------------------------------------------------- routes
 
+def _check_offer_size(size: int) -> None:
+    """One limit on the offer however it is sent (a multipart one had been taken at any size)."""
+    if size > MAX_SDP_BYTES:
+        raise APIError(413, f"SDP offer over {MAX_SDP_BYTES} bytes", param="sdp", code="request_too_large")
+
+
 async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any] | None]:
     """The SDP offer and optional session object, from a raw or a form (multipart, as OpenAI's) body."""
     if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
@@ -313,6 +339,7 @@ async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any] | None]
         sdp, session = form.get("sdp"), form.get("session")
         if not isinstance(sdp, str):
             raise bad_request("multipart offer needs an 'sdp' text field", param="sdp", code="invalid_sdp")
+        _check_offer_size(len(sdp.encode("utf-8")))
         if session is None:
             return sdp, None
         try:
@@ -322,8 +349,7 @@ async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any] | None]
                               code="invalid_json") from None
         return sdp, parsed
     raw = await request.content.read(MAX_SDP_BYTES + 1)
-    if len(raw) > MAX_SDP_BYTES:
-        raise APIError(413, f"SDP offer over {MAX_SDP_BYTES} bytes", param="sdp", code="request_too_large")
+    _check_offer_size(len(raw))
     try:
         sdp = raw.decode("utf-8")
     except UnicodeDecodeError:
