@@ -122,6 +122,11 @@ class Conversation(Protocol):
         """The assistant's instructions (its system message) from the next reply on; empty: the configured
         default (Realtime ``session.instructions``)."""
 
+    def tune_turn_detection(self, **settings: int) -> None:
+        """VAD settings (:class:`voice.vad.VadConfig` fields) over the configured ones, from the next frame on,
+        the turn in progress included (Realtime ``turn_detection``); none: the configured ones again. Raises
+        ``ValueError`` for settings the VAD refuses."""
+
     async def clear_input(self) -> None:
         """Drop buffered caller audio that has not become a turn yet."""
 

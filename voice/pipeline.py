@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -85,6 +86,7 @@ class VoicePipeline:
         self._resamplers: dict[int, Resampler] = {}
         self._arrivals: deque[tuple[float, float, float]] = deque(maxlen=ARRIVALS_KEPT)
         self._vad = TurnDetector(self.config.vad)
+        self._configured_vad = self.config.vad  # what a session's turn-detection settings are applied over
         self._vad_muted = False
         self._turn: Turn | None = None  # the turn the caller is speaking now
         self._reply: Reply | None = None  # the latest reply
@@ -136,6 +138,10 @@ class VoicePipeline:
 
     def instruct(self, instructions: str) -> None:
         self._lm.instruct(instructions or self.config.lm.system_prompt)
+
+    def tune_turn_detection(self, **settings: int) -> None:
+        self.config = self.config.replace(vad=dataclasses.replace(self._configured_vad, **settings))
+        self._vad.retune(self.config.vad)
 
     async def clear_input(self) -> None:
         def clear() -> None:

@@ -103,19 +103,24 @@ class TurnDetector:
     """Feed 16 kHz frames of any length; get :class:`VadEvent` lists back."""
 
     def __init__(self, config: VadConfig | None = None) -> None:
-        self.config = config or VadConfig()
-        self._vad = webrtcvad.Vad(self.config.aggressiveness)
-        self._min_speech = _frames(self.config.min_speech_ms)
-        self._resume = _frames(self.config.resume_ms)
-        self._history: collections.deque[np.ndarray] = collections.deque(
-            maxlen=_frames(self.config.preroll_ms) + self._min_speech
-        )
+        self._vad = webrtcvad.Vad()
+        self._history: collections.deque[np.ndarray] = collections.deque()
+        self.retune(config or VadConfig())
         self._recent: collections.deque[tuple[float, np.ndarray]] = collections.deque(
             maxlen=_END_LOOKBACK_FRAMES
         )
         self._pending = np.zeros(0, dtype=np.int16)
         self._pending_ts = 0.0
         self._reset_turn()
+
+    def retune(self, config: VadConfig) -> None:
+        """Take ``config`` from the next frame on, keeping the turn in progress: a Realtime client tunes turn
+        detection with session.update whenever it likes, mid-turn too."""
+        self.config = config
+        self._vad.set_mode(config.aggressiveness)
+        self._min_speech = _frames(config.min_speech_ms)
+        self._resume = _frames(config.resume_ms)
+        self._history = collections.deque(self._history, maxlen=_frames(config.preroll_ms) + self._min_speech)
 
     def _reset_turn(self) -> None:
         self._state = _State.IDLE

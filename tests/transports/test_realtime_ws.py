@@ -338,6 +338,35 @@ async def test_session_instructions_reach_the_pipeline(serve, resources) -> None
     assert await drained(server)
 
 
+async def test_turn_detection_settings_tune_the_sessions_vad(serve, new_pipeline) -> None:
+    """OpenAI's server_vad settings (as its docs' examples send them) are the VAD's own: silence_duration_ms
+    its hangover, prefix_padding_ms its pre-roll, threshold its aggressiveness; had been refused. A refused
+    setting changes nothing; turn_detection without them goes back to the server's configured VAD."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    tuned = {"type": "server_vad", "threshold": 0.8, "prefix_padding_ms": 500, "silence_duration_ms": 900}
+    async with session(server, seen) as (ws, _):
+        vad = registry(server).sessions()[0].conversation.config.vad
+        configured = (vad.hangover_ms, vad.preroll_ms, vad.aggressiveness)
+        await ws.send_json({"type": "session.update", "session": {"audio": {"input": {"turn_detection": tuned}}}})
+        updated = await next_event(ws, "session.updated", seen)
+        assert updated["session"]["audio"]["input"]["turn_detection"] == tuned
+        vad = registry(server).sessions()[0].conversation.config.vad
+        assert (vad.hangover_ms, vad.preroll_ms, vad.aggressiveness) == (900, 500, 3)
+
+        too_short = {"type": "server_vad", "silence_duration_ms": 20}
+        await ws.send_json({"type": "session.update", "session": {"turn_detection": too_short}})
+        error = (await next_event(ws, "error", seen))["error"]
+        assert error["param"] == "session.turn_detection.silence_duration_ms" and "from 100 to 10000" in error["message"]
+        assert registry(server).sessions()[0].conversation.config.vad.hangover_ms == 900
+
+        await ws.send_json({"type": "session.update", "session": {"turn_detection": {"type": "server_vad"}}})
+        await next_event(ws, "session.updated", seen)
+        vad = registry(server).sessions()[0].conversation.config.vad
+        assert (vad.hangover_ms, vad.preroll_ms, vad.aggressiveness) == configured
+    assert await drained(server)
+
+
 async def test_options_the_server_would_ignore_are_refused_and_the_session_lives_on(serve, new_pipeline) -> None:
     """Text-only output (session.update output_modalities, response.create's response) had been acknowledged
     and answered with audio, and a response's instructions of 5 taken; each is now an error event naming the

@@ -19,11 +19,11 @@ def silence(seconds: float) -> np.ndarray:
     return np.zeros(int(VAD_RATE * seconds), dtype=np.int16)
 
 
-def run(signal: np.ndarray, detector: TurnDetector | None = None, chunk: int = 320):
+def run(signal: np.ndarray, detector: TurnDetector | None = None, chunk: int = 320, t0: float = T0):
     detector = detector or TurnDetector()
     events = []
     for start in range(0, len(signal), chunk):
-        events += detector.process(PcmFrame(signal[start : start + chunk], VAD_RATE, T0 + start / VAD_RATE))
+        events += detector.process(PcmFrame(signal[start : start + chunk], VAD_RATE, t0 + start / VAD_RATE))
     return events
 
 
@@ -89,6 +89,20 @@ def test_pause_longer_than_hangover_makes_two_turns() -> None:
         K.SILENCE_STARTED,
         K.TURN_ENDED,
     ]
+
+
+def test_retuning_mid_turn_keeps_the_turn_and_applies_from_the_next_frame() -> None:
+    """A Realtime session.update may lengthen the hangover while the caller speaks: the pause that would
+    have split the turn in two (the test above) is now inside one turn, which ends a whole second later."""
+    detector = TurnDetector(VadConfig(hangover_ms=300))
+    events = run(np.concatenate([silence(0.5), buzz(0.4)]), detector)
+    detector.retune(VadConfig(hangover_ms=1000, preroll_ms=0, aggressiveness=3))
+    signal = np.concatenate([buzz(0.2), silence(0.6), buzz(0.6), silence(1.5)])
+    events += run(signal, detector, t0=T0 + 0.9)
+    assert kinds(events) == [K.SPEECH_STARTED, K.SILENCE_STARTED, K.SPEECH_RESUMED, K.SILENCE_STARTED,
+                             K.TURN_ENDED]
+    ended = events[-1]
+    assert ended.timestamp - ended.speech_end == pytest.approx(1.0, abs=0.031)
 
 
 def test_events_do_not_depend_on_chunk_size() -> None:

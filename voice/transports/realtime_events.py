@@ -173,14 +173,15 @@ AUDIO_FIELDS: Rules = {"input": APPLIED, "output": APPLIED}
 AUDIO_INPUT_FIELDS: Rules = {"format": APPLIED, "turn_detection": APPLIED, "transcription": TRANSCRIPTION,
                              "noise_reduction": NO_NOISE_REDUCTION}
 AUDIO_OUTPUT_FIELDS: Rules = {"format": APPLIED, "voice": APPLIED, "speed": SPEED}
-_VAD_DEFAULT = Fixed(lambda v: v is None, "null: the server's VAD settings are not set per session")
+VAD_TUNING = {"threshold": (0.0, 1.0), "prefix_padding_ms": (0, 2000), "silence_duration_ms": (100, 10_000)}
+"""The server_vad settings a session may tune, and their ranges: OpenAI's names for the VAD's aggressiveness,
+pre-roll and hangover (`vad_settings`)."""
 TURN_DETECTION_FIELDS: Rules = {
-    "type": APPLIED,
+    "type": APPLIED, **dict.fromkeys(VAD_TUNING, APPLIED),
     "create_response": Fixed(lambda v: v is True, "true: every turn the server detects is answered"),
     "interrupt_response": Fixed(lambda v: v is True, "true: the caller's speech interrupts a reply"),
     "eagerness": Fixed(lambda v: v == "auto", "'auto'"),
-    "threshold": _VAD_DEFAULT, "prefix_padding_ms": _VAD_DEFAULT, "silence_duration_ms": _VAD_DEFAULT,
-    "idle_timeout_ms": _VAD_DEFAULT,
+    "idle_timeout_ms": Fixed(lambda v: v is None, "null: a silent caller is waited for, never prompted"),
 }
 
 
@@ -215,7 +216,26 @@ def _turn_detection(turn: Any, param: str) -> dict[str, Any]:
                                "{'type': 'server_vad'} (or 'semantic_vad'); commit ends a turn early",
                                code="unsupported_value", param=param)
     check_fields(turn, TURN_DETECTION_FIELDS, param)
-    return {"type": "server_vad"}
+    applied: dict[str, Any] = {"type": "server_vad"}
+    for key, (low, high) in VAD_TUNING.items():
+        value = turn.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ClientEventError(f"{param}.{key} must be a number from {low:g} to {high:g}", param=f"{param}.{key}")
+        applied[key] = value
+    return applied
+
+
+def vad_settings(turn_detection: dict[str, Any]) -> dict[str, int]:
+    """A session's turn_detection as VAD settings (:class:`voice.vad.VadConfig` fields). The threshold (0 to 1,
+    higher: louder sound needed to count as speech) picks webrtcvad's aggressiveness in four bands, so
+    OpenAI's default 0.5 is the VAD's default mode 2."""
+    names = {"prefix_padding_ms": "preroll_ms", "silence_duration_ms": "hangover_ms"}
+    settings = {names[key]: int(turn_detection[key]) for key in names if key in turn_detection}
+    if "threshold" in turn_detection:
+        settings["aggressiveness"] = min(3, int(turn_detection["threshold"] * 4))
+    return settings
 
 
 def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:

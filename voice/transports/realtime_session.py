@@ -31,6 +31,7 @@ from voice.transports.realtime_events import (
     error_event,
     parse_client_event,
     user_text,
+    vad_settings,
 )
 from voice.transports.sessions import Session
 
@@ -101,8 +102,16 @@ class RealtimeSession:
                                          "server_error", error_type="server_error"))
 
     def update_session(self, update: Any) -> None:
-        """Apply a Realtime session object; its instructions become the assistant's system message."""
-        self.encoder.config = apply_session_update(self.config, update)
+        """Apply a Realtime session object: its instructions become the assistant's system message, its turn
+        detection the VAD's settings; nothing changes when any of it is refused."""
+        config = apply_session_update(self.config, update)
+        if config.turn_detection != self.config.turn_detection:
+            try:
+                self.conversation.tune_turn_detection(**vad_settings(config.turn_detection))
+            except ValueError as err:  # e.g. a hangover shorter than the configured silence_start_ms
+                raise ClientEventError(f"session turn_detection: {err}", code="unsupported_value",
+                                       param="session.audio.input.turn_detection") from None
+        self.encoder.config = config
         self.conversation.instruct(self.config.instructions)
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
