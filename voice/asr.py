@@ -245,6 +245,29 @@ class WhisperAsr:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.transcribe, samples, window_s, sure)
 
+    async def transcribe_recording(self, samples: np.ndarray) -> Transcription:
+        """A whole recording (an API upload), one 30 s window per job on the worker thread: the passes of live
+        calls queued meanwhile run between its windows rather than after all of it (minutes of audio take
+        tens of seconds here)."""
+        step = WHISPER_WINDOW_S * ASR_RATE
+        parts = [await self.transcribe_async(samples[i : i + step]) for i in range(0, max(len(samples), 1), step)]
+        return join_transcriptions(parts)
+
+
+def join_transcriptions(parts: list[Transcription]) -> Transcription:
+    """Consecutive pieces of one recording as one: the believed text of each in order, with Whisper's figures
+    combined over the believed pieces as :meth:`WhisperAsr._decode` combines windows (the least sure no-speech
+    probability, the mean log-prob). When none was believed, the first piece says why."""
+    heard = [p for p in parts if not p.rejected]
+    raw_text = " ".join(p.raw_text for p in parts if p.raw_text)
+    audio_ms, compute_ms = sum(p.audio_ms for p in parts), sum(p.compute_ms for p in parts)
+    if not heard:
+        return Transcription("", raw_text, audio_ms, compute_ms, None, None, parts[0].rejected)
+    return Transcription(
+        " ".join(p.text for p in heard), raw_text, audio_ms, compute_ms,
+        max(p.no_speech_prob or 0.0 for p in heard), float(np.mean([p.avg_logprob or 0.0 for p in heard])),
+    )
+
 
 @dataclass(frozen=True)
 class PartialTranscript:

@@ -9,22 +9,39 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import av
 import numpy as np
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, web
 
 from dlm.api.errors import APIError, bad_request, error_middleware
-from dlm.api.limits import ApiLimits, read_json
+from dlm.api.limits import ApiLimits, ConcurrencyGate, read_json
 from voice.asr import ASR_RATE, Transcription, WhisperAsr
 from voice.tts import PiperTts
 
 SPEECH_RATE = 24000  # OpenAI's wav and pcm speech are 24 kHz 16-bit mono
 TRANSCRIPTION_FORMATS = ("json", "text", "verbose_json")
 TRANSCRIPTION_FIELDS = {"file", "model", "response_format", "language", "temperature"}
+SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format"}
 SPEECH_FORMATS = ("wav", "pcm")
+MAX_FIELD_BYTES = 4096
+"""Longest text field of a transcription form: they hold names and numbers; only 'file' is large."""
+UPLOAD_RATES = (8000, 192000)
+"""Sample rates transcribed, telephone to studio audio. Below them a header is lying: 32 KB of samples said to be
+at 1 Hz had decoded to 4.4 hours at 16 kHz (22 GB, 3 minutes of CPU)."""
+MAX_UPLOAD_SECONDS = 600
+"""Longest recording transcribed: bounds the decoded audio (~19 MB) and the Whisper time it shares with the live
+calls (~20 windows of 30 s)."""
+MAX_CONCURRENT_TRANSCRIPTIONS = 2
+"""Uploads decoded and transcribed at once (each holds up to the audio limit in memory); the next gets 429.
+Each queues one Whisper window at a time, so a live call's pass waits for at most this many windows."""
+MAX_CONCURRENT_SPEECH = 2
+"""Speech requests synthesised at once: Piper takes both CPU cores the live calls need too; the next gets 429."""
 _STATE = web.AppKey("audio_api", object)
 
 
@@ -35,6 +52,8 @@ class AudioModels:
     asr: WhisperAsr | None = None
     tts: PiperTts | None = None
     limits: ApiLimits = field(default_factory=ApiLimits)
+    transcription_gate: ConcurrencyGate = field(default_factory=lambda: ConcurrencyGate(MAX_CONCURRENT_TRANSCRIPTIONS))
+    speech_gate: ConcurrencyGate = field(default_factory=lambda: ConcurrencyGate(MAX_CONCURRENT_SPEECH))
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def whisper(self) -> WhisperAsr:
@@ -61,39 +80,116 @@ def add_audio_routes(app: web.Application, models: AudioModels | None = None) ->
     return models
 
 
+def _refuse_unknown(names: Iterable[str], known: set[str]) -> None:
+    """OpenAI's answer to a field it does not define; accepting it silently would pretend to honour it."""
+    if unknown := sorted(set(names) - known):
+        raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
+
+
 async def _form(request: web.Request, max_bytes: int) -> dict[str, Any]:
-    """The multipart fields: `file` as bytes (bounded by `max_bytes`), the rest as strings."""
+    """The multipart fields: `file` as bytes, the rest as strings; `max_bytes` bounds the whole form."""
     if not request.content_type.startswith("multipart/"):
         raise bad_request("send the audio as multipart/form-data with a 'file' field", "file")
+    try:
+        return await _read_parts(await request.multipart(), max_bytes)
+    except ValueError as err:  # aiohttp's: no boundary, a body that does not follow it, or one cut short
+        raise bad_request(f"the multipart form cannot be read: {err}", code="invalid_request") from None
+
+
+async def _read_parts(reader: MultipartReader, max_bytes: int) -> dict[str, Any]:
+    """Each part checked by its headers before its data is read, so a refused one costs nothing to hold."""
     fields: dict[str, Any] = {}
-    reader = await request.multipart()
+    room = max_bytes
     async for part in reader:
         if not isinstance(part, BodyPartReader) or part.name is None:
-            continue
-        data = bytearray()
-        while chunk := await part.read_chunk(1 << 16):
-            data += chunk
-            if len(data) > max_bytes:
-                raise APIError(413, f"audio file too large (limit {max_bytes} bytes)", "file", "request_too_large")
-        fields[part.name] = bytes(data) if part.name == "file" else data.decode("utf-8", "replace")
+            raise bad_request("every part of the form needs a name (Content-Disposition: form-data; name=...)")
+        _refuse_unknown([part.name], TRANSCRIPTION_FIELDS)
+        if part.name in fields:
+            raise bad_request(f"'{part.name}' is given more than once", part.name)
+        data = await _read_part(part, room if part.name == "file" else min(room, MAX_FIELD_BYTES), max_bytes)
+        room -= len(data)
+        fields[part.name] = data if part.name == "file" else data.decode("utf-8", "replace")
     return fields
 
 
-def _decode_upload(data: bytes) -> np.ndarray:
-    """Any container/codec PyAV reads, as 16 kHz mono int16 PCM."""
-    from faster_whisper.audio import decode_audio
+async def _read_part(part: BodyPartReader, limit: int, max_bytes: int) -> bytes:
+    """The part's data, refused with 413 as soon as it passes `limit` (what is left of the form's `max_bytes`)."""
+    data = bytearray()
+    while chunk := await part.read_chunk(1 << 16):
+        data += chunk
+        if len(data) > limit:
+            raise APIError(413, f"'{part.name}' is too large: the form may hold {max_bytes} bytes, a field other "
+                                f"than 'file' {MAX_FIELD_BYTES}", part.name, "request_too_large")
+    return bytes(data)
 
+
+def _decode_upload(data: bytes) -> np.ndarray:
+    """Any container/codec PyAV reads, as 16 kHz mono int16 PCM of at most MAX_UPLOAD_SECONDS."""
     try:
-        audio = decode_audio(io.BytesIO(data), sampling_rate=ASR_RATE)
-    except Exception as exc:  # PyAV raises a family of its own errors for undecodable input
+        with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
+            stream = _audio_stream(container)
+            pcm = _resampled(_frames(container, stream), MAX_UPLOAD_SECONDS * ASR_RATE)
+    except av.FFmpegError as exc:
         raise bad_request(f"could not decode the audio file ({type(exc).__name__}: {exc})", "file") from None
-    if audio.size == 0:
+    if pcm.size == 0:
         raise bad_request("the audio file contains no samples", "file")
-    return (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
+    return pcm
+
+
+def _audio_stream(container: av.container.InputContainer) -> av.AudioStream:
+    """The first audio stream, refused before decoding when its sample rate or the length it declares is out of
+    bounds: decoding costs what the header claims, whatever the size of the file."""
+    if not container.streams.audio:
+        raise bad_request("the file holds no audio stream", "file")
+    stream = container.streams.audio[0]
+    low, high = UPLOAD_RATES
+    if not low <= stream.sample_rate <= high:
+        raise bad_request(f"the audio's sample rate is {stream.sample_rate} Hz; transcription takes {low} to "
+                          f"{high} Hz", "file")
+    if stream.duration is not None and stream.time_base is not None:
+        seconds = float(stream.duration * stream.time_base)
+    else:
+        seconds = (container.duration or 0) / av.time_base
+    if seconds > MAX_UPLOAD_SECONDS:
+        raise _too_long(f"{seconds:.0f} s long")
+    return stream
+
+
+def _too_long(what: str) -> APIError:
+    return bad_request(f"the audio is {what}; transcription takes at most {MAX_UPLOAD_SECONDS} s", "file")
+
+
+def _frames(container: av.container.InputContainer, stream: av.AudioStream) -> Iterator[av.AudioFrame]:
+    """The stream's frames, less those that fail to decode (as faster-whisper does: one damaged MP3 frame should
+    not lose the recording)."""
+    for packet in container.demux(stream):
+        try:
+            yield from packet.decode()
+        except av.InvalidDataError:
+            continue
+
+
+def _resampled(frames: Iterable[av.AudioFrame], max_samples: int) -> np.ndarray:
+    """16 kHz mono int16, refused as soon as it passes `max_samples`: a header can understate the length."""
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=ASR_RATE)
+    pieces: list[np.ndarray] = []
+    total = 0
+    for frame in itertools.chain(frames, [None]):  # None flushes the resampler
+        for out in resampler.resample(frame):
+            pieces.append(out.to_ndarray().reshape(-1))
+            total += len(pieces[-1])
+            if total > max_samples:
+                raise _too_long(f"over {max_samples / ASR_RATE:.0f} s long once decoded")
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)
 
 
 async def transcriptions(request: web.Request) -> web.StreamResponse:
     models: AudioModels = request.app[_STATE]
+    with models.transcription_gate.slot():
+        return await _transcribe(request, models)
+
+
+async def _transcribe(request: web.Request, models: AudioModels) -> web.StreamResponse:
     form = await _form(request, models.limits.max_audio_bytes)
     if "file" not in form or not form["file"]:
         raise bad_request("'file' is required", "file")
@@ -107,11 +203,9 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
         raise bad_request("the bundled Whisper (tiny.en) transcribes English only: language must be 'en'",
                           "language")
     _check_greedy(form.get("temperature", "0"))
-    if unknown := sorted(set(form) - TRANSCRIPTION_FIELDS):
-        raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
     pcm = await asyncio.to_thread(_decode_upload, form["file"])
     asr = await models.whisper()
-    result = await asr.transcribe_async(pcm)
+    result = await asr.transcribe_recording(pcm)
     if fmt == "text":
         return web.Response(text=result.text + "\n", content_type="text/plain")
     if fmt == "json":
@@ -152,6 +246,7 @@ def wav_stream_header(sample_rate: int) -> bytes:
 async def speech(request: web.Request) -> web.StreamResponse:
     models: AudioModels = request.app[_STATE]
     body = await read_json(request, models.limits.max_body_bytes)
+    _refuse_unknown(body, SPEECH_FIELDS)
     text = body.get("input")
     if not isinstance(text, str) or not text.strip():
         raise bad_request("'input' must be a non-empty string", "input")
@@ -168,7 +263,15 @@ async def speech(request: web.Request) -> web.StreamResponse:
         raise bad_request("only speed 1.0 is supported by the bundled Piper voice", "speed")
     if body.get("instructions"):
         raise bad_request("'instructions' are not supported by the bundled Piper voice", "instructions")
-    tts = await models.piper()
+    if body.get("stream_format", "audio") != "audio":
+        raise bad_request(f"only stream_format 'audio' is supported (the audio streams as the response body), "
+                          f"got {body['stream_format']!r}", "stream_format")
+    with models.speech_gate.slot():
+        return await _speak(request, await models.piper(), text, fmt)
+
+
+async def _speak(request: web.Request, tts: PiperTts, text: str, fmt: str) -> web.StreamResponse:
+    """Stream `text` sentence by sentence as it is rendered, so the first audio leaves after one sentence."""
     resp = web.StreamResponse(headers={"Content-Type": "audio/wav" if fmt == "wav" else "audio/pcm"})
     await resp.prepare(request)
     if fmt == "wav":

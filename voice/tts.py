@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,12 @@ class TtsConfig:
     """Phoneme-duration noise; None keeps the voice's own."""
 
 
+MAX_SENTENCE_PHONEMES = 300
+"""Longest stretch handed to Piper's model in one call (~8 s of English, ~15 s of a script the voice spells out).
+The call's memory grows with its audio (~20 MB a second here) and Piper ends a sentence only at punctuation:
+400 unpunctuated Chinese characters (each read as "chinese letter") had been one call of minutes of audio, +3.7 GB."""
+_SENTENCE_CUT = re.compile(r"[.!?]+\s+|[。！？]+\s*")
+_WORD_CUT = re.compile(r"\s+")
 _SILENCE_LEVEL = 300  # about -40 dBFS: below this a sample counts as silence
 _LEAD_KEEP_S = 0.005
 
@@ -47,6 +54,26 @@ def trim_silence(pcm: np.ndarray, sample_rate: int, max_trailing_ms: int) -> np.
     start = max(0, loud[0] - round(_LEAD_KEEP_S * sample_rate))
     stop = min(len(pcm), loud[-1] + 1 + round(max_trailing_ms * sample_rate / 1000))
     return pcm[start:stop]
+
+
+def split_long(text: str, fits: Callable[[str], bool]) -> list[str]:
+    """``text`` as consecutive pieces that each ``fits`` (or are one character), cut only where it does not: after
+    a sentence's end where there is one, else at whitespace, else between characters, each cut nearest the
+    middle of the piece being cut so that the pieces come out of similar size."""
+    if len(text) < 2 or fits(text):
+        return [text]
+    cut = _cut_point(text)
+    return split_long(text[:cut], fits) + split_long(text[cut:], fits)
+
+
+def _cut_point(text: str) -> int:
+    """Where :func:`split_long` cuts ``text`` (at least 2 characters): strictly inside it, so both sides shrink."""
+    middle = len(text) // 2
+    for pattern in (_SENTENCE_CUT, _WORD_CUT):
+        cuts = [m.end() for m in pattern.finditer(text) if 0 < m.end() < len(text)]
+        if cuts:
+            return min(cuts, key=lambda cut: abs(cut - middle))
+    return middle
 
 
 class PiperTts:
@@ -80,10 +107,16 @@ class PiperTts:
         rate = check_rate(out_rate or self.sample_rate)
         if not any(ch.isalnum() for ch in text):
             return
-        for chunk in self._voice.synthesize(text, self._syn_config):
-            pcm = trim_silence(chunk.audio_int16_array, self.sample_rate, self.config.max_trailing_silence_ms)
-            if len(pcm):
-                yield resample(pcm, self.sample_rate, rate)
+        for piece in split_long(text, self._fits):
+            for chunk in self._voice.synthesize(piece, self._syn_config):
+                pcm = trim_silence(chunk.audio_int16_array, self.sample_rate, self.config.max_trailing_silence_ms)
+                if len(pcm):
+                    yield resample(pcm, self.sample_rate, rate)
+
+    def _fits(self, text: str) -> bool:
+        """Whether Piper may render ``text`` as it is: no sentence over MAX_SENTENCE_PHONEMES (espeak takes ~0.4 ms
+        for a clause, against Piper's ~80 ms)."""
+        return all(len(sentence) <= MAX_SENTENCE_PHONEMES for sentence in self._voice.phonemize(text))
 
     def synthesize(self, text: str, out_rate: int | None = None) -> np.ndarray:
         """All of ``text`` as one int16 PCM array (empty when there is nothing to say)."""
