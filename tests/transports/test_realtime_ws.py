@@ -354,6 +354,10 @@ async def test_turn_detection_settings_tune_the_sessions_vad(serve, new_pipeline
         vad = registry(server).sessions()[0].conversation.config.vad
         assert (vad.hangover_ms, vad.preroll_ms, vad.aggressiveness) == (900, 500, 3)
 
+        await ws.send_json({"type": "session.update", "session": {"instructions": "be brief. " * 2000}})
+        error = (await next_event(ws, "error", seen))["error"]  # as typed text, not tokenised for every reply
+        assert error["param"] == "session.instructions" and "over 16000 characters" in error["message"]
+
         too_short = {"type": "server_vad", "silence_duration_ms": 20}
         await ws.send_json({"type": "session.update", "session": {"turn_detection": too_short}})
         error = (await next_event(ws, "error", seen))["error"]

@@ -105,6 +105,9 @@ class RealtimeSession:
         """Apply a Realtime session object: its instructions become the assistant's system message, its turn
         detection the VAD's settings; nothing changes when any of it is refused."""
         config = apply_session_update(self.config, update)
+        if len(config.instructions) > MAX_TEXT_CHARS:  # the system message of every reply, tokenised each time
+            raise ClientEventError(f"session.instructions is over {MAX_TEXT_CHARS} characters",
+                                   param="session.instructions")
         if config.turn_detection != self.config.turn_detection:
             try:
                 self.conversation.tune_turn_detection(**vad_settings(config.turn_detection))
