@@ -209,8 +209,9 @@ def _sub_object(parent: dict[str, Any], key: str, rules: Rules, param: str) -> d
 
 
 def _turn_detection(turn: Any, param: str) -> dict[str, Any]:
-    """The pipeline always finds turns with its VAD (input_audio_buffer.commit can still end one early), so
-    switching detection off, or tuning it per session, is refused rather than acknowledged and ignored."""
+    """The turn_detection the session applies: the pipeline always finds turns with its VAD
+    (input_audio_buffer.commit can still end one early), so switching detection off is refused rather than
+    acknowledged and ignored; the VAD's settings in OpenAI's names (`VAD_TUNING`) are taken."""
     if not (isinstance(turn, dict) and turn.get("type") in ("server_vad", "semantic_vad")):
         raise ClientEventError("this server always detects turns: turn_detection must be "
                                "{'type': 'server_vad'} (or 'semantic_vad'); commit ends a turn early",
