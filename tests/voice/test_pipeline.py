@@ -232,9 +232,10 @@ async def test_a_held_reply_reads_a_tool_at_once_but_sets_a_timer_only_after_the
         marks = trace["other_marks_ms"]
         assert (marks["tool_call_1"] < marks["turn_end_detected"]) == runs_in_the_hangover, marks
         # the reply that answered was the one held in the final hangover; one started in a pause mid-sentence
-        # ("set a timer ... for five minutes", when recognition is quick) is rightly dropped as the caller goes on
+        # ("set a timer ... for five minutes", when recognition beats the pause) is rightly dropped as the caller
+        # goes on, with the final it came from, and no reply is dropped otherwise
         assert trace["asr_final"] < marks["turn_end_detected"], trace
-        assert trace["speculative_replies_discarded"] == trace["speculative_finals_discarded"], trace
+        assert trace["speculative_replies_discarded"] <= trace["speculative_finals_discarded"], trace
 
 
 @pytest.mark.parametrize("action", ["cancel", "typed"])
