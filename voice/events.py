@@ -122,6 +122,10 @@ class Conversation(Protocol):
         """The assistant's instructions (its system message) from the next reply on; empty: the configured
         default (Realtime ``session.instructions``)."""
 
+    def limit_reply_tokens(self, tokens: int | None) -> None:
+        """Replies stop after at most ``tokens`` tokens, or the configured cap if it is smaller (None: the
+        configured cap; Realtime ``max_output_tokens``)."""
+
     def tune_turn_detection(self, **settings: int) -> None:
         """VAD settings (:class:`voice.vad.VadConfig` fields) over the configured ones, from the next frame on,
         the turn in progress included (Realtime ``turn_detection``); none: the configured ones again. Raises

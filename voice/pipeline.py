@@ -139,6 +139,10 @@ class VoicePipeline:
     def instruct(self, instructions: str) -> None:
         self._lm.instruct(instructions or self.config.lm.system_prompt)
 
+    def limit_reply_tokens(self, tokens: int | None) -> None:
+        cap = self.config.lm.max_new_tokens if tokens is None else min(tokens, self.config.lm.max_new_tokens)
+        self._lm.config = dataclasses.replace(self.config.lm, max_new_tokens=cap)
+
     def tune_turn_detection(self, **settings: int) -> None:
         self.config = self.config.replace(vad=dataclasses.replace(self._configured_vad, **settings))
         self._vad.retune(self.config.vad)

@@ -371,6 +371,32 @@ async def test_turn_detection_settings_tune_the_sessions_vad(serve, new_pipeline
     assert await drained(server)
 
 
+async def test_max_output_tokens_caps_the_sessions_replies(serve, resources) -> None:
+    """A number had been refused (only 'inf' was accepted); it now caps each reply, below the server's own cap."""
+    server = await serve(lambda: VoicePipeline(resources))
+    seen: list[dict[str, Any]] = []
+
+    async def reply_tokens() -> int:
+        await ws.send_json(typed("hello"))
+        await ws.send_json({"type": "response.create"})
+        done = await next_event(ws, "response.done", seen)
+        return len(resources.engine.tokenizer.encode(done["response"]["output"][0]["content"][0]["transcript"]))
+
+    async with session(server, seen) as (ws, _):
+        assert await reply_tokens() > 2
+        await ws.send_json({"type": "session.update", "session": {"max_output_tokens": 2}})
+        assert (await next_event(ws, "session.updated", seen))["session"]["max_output_tokens"] == 2
+        assert await reply_tokens() <= 2
+        for bad in (0, "2", 10**6, True):
+            await ws.send_json({"type": "session.update", "session": {"max_response_output_tokens": bad}})
+            error = (await next_event(ws, "error", seen))["error"]
+            assert error["param"] == "session.max_response_output_tokens", error
+        await ws.send_json({"type": "session.update", "session": {"max_output_tokens": "inf"}})
+        assert (await next_event(ws, "session.updated", seen))["session"]["max_output_tokens"] == "inf"
+        assert await reply_tokens() > 2
+    assert await drained(server)
+
+
 async def test_options_the_server_would_ignore_are_refused_and_the_session_lives_on(serve, new_pipeline) -> None:
     """Text-only output (session.update output_modalities, response.create's response) had been acknowledged
     and answered with audio, and a response's instructions of 5 taken; each is now an error event naming the

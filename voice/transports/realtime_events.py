@@ -120,12 +120,14 @@ class SessionConfig:
     instructions: str = ""
     voice: str = "joe"
     turn_detection: dict[str, Any] = field(default_factory=lambda: {"type": "server_vad"})
+    max_output_tokens: int | None = None  # a cap on each reply's tokens; None: "inf", the server's own cap
 
     def to_json(self) -> dict[str, Any]:
         """The GA session object sent in ``session.created`` / ``session.updated``."""
         return {
             "type": "realtime", "object": "realtime.session", "id": self.id, "model": MODEL_NAME,
             "output_modalities": ["audio"], "instructions": self.instructions,
+            "max_output_tokens": "inf" if self.max_output_tokens is None else self.max_output_tokens,
             "audio": {
                 "input": {"format": self.input_format.to_json(), "turn_detection": self.turn_detection,
                           "transcription": {"model": "whisper-tiny.en"}},
@@ -167,7 +169,7 @@ SESSION_FIELDS: Rules = {
     "input_audio_format": APPLIED, "output_audio_format": APPLIED,
     "output_modalities": SPOKEN, "modalities": SPOKEN, "input_audio_transcription": TRANSCRIPTION,
     "input_audio_noise_reduction": NO_NOISE_REDUCTION, "tools": NO_TOOLS, "tool_choice": TOOL_CHOICE,
-    "max_output_tokens": NO_TOKEN_LIMIT, "max_response_output_tokens": NO_TOKEN_LIMIT, "speed": SPEED,
+    "max_output_tokens": APPLIED, "max_response_output_tokens": APPLIED, "speed": SPEED,
 }
 AUDIO_FIELDS: Rules = {"input": APPLIED, "output": APPLIED}
 AUDIO_INPUT_FIELDS: Rules = {"format": APPLIED, "turn_detection": APPLIED, "transcription": TRANSCRIPTION,
@@ -228,6 +230,20 @@ def _turn_detection(turn: Any, param: str) -> dict[str, Any]:
     return applied
 
 
+MAX_OUTPUT_TOKENS = 4096
+"""The largest reply cap a session may set, as OpenAI's; the server's own (LmConfig.max_new_tokens) is lower,
+and a reply never runs past the smaller of the two."""
+
+
+def _token_cap(value: Any, param: str) -> int | None:
+    """A session's max_output_tokens: 'inf' (None) or a whole number of tokens."""
+    if value == "inf":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_OUTPUT_TOKENS:
+        raise ClientEventError(f"{param} must be 'inf' or an integer from 1 to {MAX_OUTPUT_TOKENS}", param=param)
+    return value
+
+
 def vad_settings(turn_detection: dict[str, Any]) -> dict[str, int]:
     """A session's turn_detection as VAD settings (:class:`voice.vad.VadConfig` fields). The threshold (0 to 1,
     higher: louder sound needed to count as speech) picks webrtcvad's aggressiveness in four bands, so
@@ -263,6 +279,9 @@ def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
             if not isinstance(value, str):
                 raise ClientEventError(f"session.{key} must be a string", param=f"session.{key}")
             changes[key] = value
+    for key in ("max_output_tokens", "max_response_output_tokens"):  # GA and beta names
+        if key in session:
+            changes["max_output_tokens"] = _token_cap(session[key], f"session.{key}")
     if "turn_detection" in audio_in:
         changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], "session.audio.input.turn_detection")
     elif "turn_detection" in session:

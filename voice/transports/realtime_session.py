@@ -103,7 +103,8 @@ class RealtimeSession:
 
     def update_session(self, update: Any) -> None:
         """Apply a Realtime session object: its instructions become the assistant's system message, its turn
-        detection the VAD's settings; nothing changes when any of it is refused."""
+        detection the VAD's settings, its max_output_tokens a cap on replies; nothing changes when any of it is
+        refused."""
         config = apply_session_update(self.config, update)
         if len(config.instructions) > MAX_TEXT_CHARS:  # the system message of every reply, tokenised each time
             raise ClientEventError(f"session.instructions is over {MAX_TEXT_CHARS} characters",
@@ -116,6 +117,7 @@ class RealtimeSession:
                                        param="session.audio.input.turn_detection") from None
         self.encoder.config = config
         self.conversation.instruct(self.config.instructions)
+        self.conversation.limit_reply_tokens(self.config.max_output_tokens)
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
         """Act on a parsed event; a refusal names the client's event_id, so the client knows which one failed."""
