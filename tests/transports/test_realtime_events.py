@@ -78,7 +78,7 @@ def test_session_update_refuses_what_it_would_acknowledge_and_ignore() -> None:
     applied, accepted only where it asks for what happens anyway, or refused naming it."""
     config = SessionConfig(id="s")
     same = apply_session_update(config, {
-        "type": "realtime", "model": "dlm-voice", "output_modalities": ["audio"], "modalities": ["text", "audio"],
+        "type": "realtime", "model": "gpt-realtime", "output_modalities": ["audio"], "modalities": ["text", "audio"],
         "tools": [], "tool_choice": "auto", "input_audio_transcription": {"model": "whisper-1"},
         "audio": {"input": {"noise_reduction": None, "transcription": {"model": "x", "language": "en"},
                             "turn_detection": {"type": "server_vad", "create_response": True, "threshold": None}},
@@ -99,7 +99,7 @@ def test_session_update_refuses_what_it_would_acknowledge_and_ignore() -> None:
         ({"turn_detection": {"type": "server_vad", "create_response": False}}, "unsupported_value",
          "session.turn_detection.create_response"),
         ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_value", "session.tools"),
-        ({"model": "gpt-4o"}, "unsupported_value", "session.model"),
+        ({"model": 5}, "unsupported_value", "session.model"),
         ({"temperature": 0.6}, "unknown_parameter", "session.temperature"),
         ({"audio": {"output": {"pitch": 2}}}, "unknown_parameter", "session.audio.output.pitch"),
         ({"audio": []}, "invalid_request", "session.audio"),

@@ -164,7 +164,9 @@ TRANSCRIPTION = Fixed(lambda v: isinstance(v, dict) and set(v) <= {"model", "lan
 
 SESSION_FIELDS: Rules = {
     "type": Fixed(lambda v: v == "realtime", "'realtime'"),
-    "model": Fixed(lambda v: v == MODEL_NAME, f"{MODEL_NAME!r}, the model this server runs"),
+    "model": Fixed(lambda v: isinstance(v, str), f"a model name: any selects {MODEL_NAME!r}, the one model this "
+                                                 "server runs, as the URL's ?model= does (OpenAI's examples send "
+                                                 "'gpt-realtime')"),
     "instructions": APPLIED, "voice": APPLIED, "audio": APPLIED, "turn_detection": APPLIED,
     "input_audio_format": APPLIED, "output_audio_format": APPLIED,
     "output_modalities": SPOKEN, "modalities": SPOKEN, "input_audio_transcription": TRANSCRIPTION,
