@@ -109,6 +109,11 @@ MAX_NODES = 256
 schema of thousands (an anyOf of 2000 strings) held the model for 27 s over 8 tokens, for every caller; an anyOf
 of 250 strings of counted length takes 0.2 s a token on the demo vocabulary."""
 
+MAX_MERGES = 2000
+"""Schema merges (`CompiledSchema._merge`) a schema may take to compile. A merge of two $refs writes the first
+out in place, so an allOf of two $refs whose targets are such allOfs again doubles the work at every level:
+17 levels of a 2 KB schema held the server's event loop for many seconds. Real schemas take a few dozen."""
+
 
 class CompiledSchema:
     """A schema's nodes; node 0 is the root. `ANY` is the id of the unconstrained node."""
@@ -124,6 +129,7 @@ class CompiledSchema:
         self._root_doc = schema if isinstance(schema, dict) else {}
         self._refs: dict[tuple[str, str], int] = {}  # (ref, the keywords beside it) -> node
         self._apart: dict[tuple[int, int], bool] = {}  # `_disjoint`'s answers (False while being worked out)
+        self._merges = 0
         root = self._add_placeholder()
         self.ANY = self._add(Node("any"))
         try:
@@ -383,6 +389,10 @@ class CompiledSchema:
     def _merge(self, a: Schema, b: Schema) -> Schema:
         """allOf [a, b] as one schema, so that keywords beside a branch apply to it too; False where no value is
         an instance of both. Raises `SchemaError` where the intersection cannot be written exactly."""
+        self._merges += 1
+        if self._merges > MAX_MERGES:
+            raise SchemaError(f"the schema takes over {MAX_MERGES} merges of allOf members, $refs and the keywords "
+                              "beside them to compile: simplify it")
         if not _constrains(a):
             return b
         if not _constrains(b) or a is False:
