@@ -171,16 +171,30 @@ def _frames(container: av.container.InputContainer, stream: av.AudioStream) -> I
 
 def _resampled(frames: Iterable[av.AudioFrame], max_samples: int) -> np.ndarray:
     """16 kHz mono int16, refused as soon as it passes `max_samples`: a header can understate the length."""
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=ASR_RATE)
     pieces: list[np.ndarray] = []
     total = 0
-    for frame in itertools.chain(frames, [None]):  # None flushes the resampler
-        for out in resampler.resample(frame):
-            pieces.append(out.to_ndarray().reshape(-1))
-            total += len(pieces[-1])
-            if total > max_samples:
-                raise _too_long(f"over {max_samples / ASR_RATE:.0f} s long once decoded")
+    for out in _converted(frames):
+        pieces.append(out.to_ndarray().reshape(-1))
+        total += len(pieces[-1])
+        if total > max_samples:
+            raise _too_long(f"over {max_samples / ASR_RATE:.0f} s long once decoded")
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)
+
+
+def _converted(frames: Iterable[av.AudioFrame]) -> Iterator[av.AudioFrame]:
+    """The frames as 16 kHz mono s16, with a fresh resampler wherever their rate, layout or sample format
+    changes: recordings joined end to end (44.1 kHz then 8 kHz, mono then stereo) had failed one fixed
+    resampler midway, a 500."""
+    resampler, setup = None, None
+    for frame in itertools.chain(frames, [None]):  # None: the end, which flushes the last resampler
+        here = None if frame is None else (frame.sample_rate, frame.layout.name, frame.format.name)
+        if resampler is not None and here != setup:
+            yield from resampler.resample(None)
+            resampler = None
+        if frame is not None:
+            if resampler is None:
+                resampler, setup = av.AudioResampler(format="s16", layout="mono", rate=ASR_RATE), here
+            yield from resampler.resample(frame)
 
 
 async def transcriptions(request: web.Request) -> web.StreamResponse:

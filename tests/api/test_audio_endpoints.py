@@ -147,6 +147,29 @@ def test_implausible_audio_is_refused_before_decoding(audio_client, wav, fragmen
         _transcribe(audio_client, wav)
 
 
+def _mp3(pcm: np.ndarray, rate: int, layout: str = "mono") -> bytes:
+    """`pcm` (int16 mono) encoded as an MP3 stream at `rate`, duplicated to both channels for stereo."""
+    out = io.BytesIO()
+    with av.open(out, "w", format="mp3") as container:
+        stream = container.add_stream("mp3", rate=rate, layout=layout)
+        channels = 2 if layout == "stereo" else 1
+        samples = np.repeat(pcm.astype(np.int16)[None], channels, axis=0).T.reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples), format="s16", layout=layout)
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    return out.getvalue()
+
+
+def test_recordings_joined_end_to_end_are_transcribed(audio_client, spoken_wav):
+    """An upload whose rate and channel count change midway (MP3s concatenated, as joined recordings and radio
+    streams are) had failed the resampler midway: a 500."""
+    samples, rate = _pcm_of_wav(spoken_wav)
+    joined = _mp3(samples, rate) + _mp3(resample(samples, rate, 8000), 8000, "stereo")
+    text = _transcribe(audio_client, joined).lower()
+    assert text.count("paris") == 2, text
+
+
 def test_decoding_stops_at_the_cap_whatever_the_header_says():
     """Headers can understate a stream's length (a WAV's is taken from the file size); the decoder counts."""
     with (av.open(io.BytesIO(_wav(np.zeros(2 * ASR_RATE), ASR_RATE))) as container,
