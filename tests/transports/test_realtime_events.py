@@ -73,6 +73,25 @@ def test_a_response_is_active_from_its_request_to_its_done() -> None:
     assert enc.responding
 
 
+def test_a_setting_given_in_both_its_ga_and_beta_spellings_must_agree() -> None:
+    """The nested GA spelling had silently won over a top-level beta one (never even checked), or the other way
+    round for audio formats."""
+    config = SessionConfig(id="s")
+    both = {"audio": {"input": {"format": {"type": "audio/pcmu"}}}, "input_audio_format": "g711_ulaw"}
+    assert apply_session_update(config, both).input_format == PCMU_8K
+    for update, param in [
+        ({"audio": {"input": {"turn_detection": {"type": "server_vad"}}},
+          "turn_detection": {"type": "none", "bogus": 1}}, "session.turn_detection"),
+        ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}, "input_audio_format": "g711_ulaw"},
+         "session.input_audio_format"),
+        ({"audio": {"output": {"voice": "alloy"}}, "voice": "echo"}, "session.voice"),
+        ({"max_output_tokens": 5, "max_response_output_tokens": "inf"}, "session.max_response_output_tokens"),
+    ]:
+        with pytest.raises(ClientEventError) as refused:
+            apply_session_update(config, update)
+        assert refused.value.param == param, update
+
+
 def test_session_update_refuses_what_it_would_acknowledge_and_ignore() -> None:
     """output_modalities ["text"] had been answered with session.updated (and audio replies); every field is now
     applied, accepted only where it asks for what happens anyway, or refused naming it."""

@@ -257,6 +257,27 @@ def vad_settings(turn_detection: dict[str, Any]) -> dict[str, int]:
     return settings
 
 
+_ABSENT = object()
+
+
+def _either_spelling(places: list[tuple[dict[str, Any], str, str]], parse: Callable[[Any, str], Any]) -> Any:
+    """A setting the GA protocol and the beta one name differently (``audio.input.format`` and
+    ``input_audio_format``): every spelling given is checked, and two that disagree are refused rather than one
+    silently winning. `_ABSENT` when none is given; a null instructions or voice leaves the setting as it is."""
+    given = [(param, parse(obj[key], param)) for obj, key, param in places
+             if key in obj and (obj[key] is not None or parse is not _text)]
+    if len(given) > 1 and given[0][1] != given[1][1]:
+        raise ClientEventError(f"{given[0][0]} and {given[1][0]} are one setting, given two values",
+                               param=given[1][0])
+    return given[0][1] if given else _ABSENT
+
+
+def _text(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise ClientEventError(f"{param} must be a string", param=param)
+    return value
+
+
 def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
     """Merge a ``session.update`` body into ``config``, refusing what this server cannot do."""
     if not isinstance(session, dict):
@@ -265,29 +286,21 @@ def apply_session_update(config: SessionConfig, session: Any) -> SessionConfig:
     audio = _sub_object(session, "audio", AUDIO_FIELDS, "session")
     audio_in = _sub_object(audio, "input", AUDIO_INPUT_FIELDS, "session.audio")
     audio_out = _sub_object(audio, "output", AUDIO_OUTPUT_FIELDS, "session.audio")
-    changes: dict[str, Any] = {}
-    if "format" in audio_in:
-        changes["input_format"] = parse_audio_format(audio_in["format"], "session.audio.input.format")
-    if "input_audio_format" in session:
-        changes["input_format"] = parse_audio_format(session["input_audio_format"], "session.input_audio_format")
-    if "format" in audio_out:
-        changes["output_format"] = parse_audio_format(audio_out["format"], "session.audio.output.format")
-    if "output_audio_format" in session:
-        changes["output_format"] = parse_audio_format(session["output_audio_format"],
-                                                      "session.output_audio_format")
-    for key, value in (("instructions", session.get("instructions")),
-                       ("voice", audio_out.get("voice", session.get("voice")))):
-        if value is not None:
-            if not isinstance(value, str):
-                raise ClientEventError(f"session.{key} must be a string", param=f"session.{key}")
-            changes[key] = value
-    for key in ("max_output_tokens", "max_response_output_tokens"):  # GA and beta names
-        if key in session:
-            changes["max_output_tokens"] = _token_cap(session[key], f"session.{key}")
-    if "turn_detection" in audio_in:
-        changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], "session.audio.input.turn_detection")
-    elif "turn_detection" in session:
-        changes["turn_detection"] = _turn_detection(session["turn_detection"], "session.turn_detection")
+    settings = {
+        "input_format": ([(audio_in, "format", "session.audio.input.format"),
+                          (session, "input_audio_format", "session.input_audio_format")], parse_audio_format),
+        "output_format": ([(audio_out, "format", "session.audio.output.format"),
+                           (session, "output_audio_format", "session.output_audio_format")], parse_audio_format),
+        "instructions": ([(session, "instructions", "session.instructions")], _text),
+        "voice": ([(audio_out, "voice", "session.audio.output.voice"), (session, "voice", "session.voice")], _text),
+        "max_output_tokens": ([(session, "max_output_tokens", "session.max_output_tokens"),
+                               (session, "max_response_output_tokens", "session.max_response_output_tokens")],
+                              _token_cap),
+        "turn_detection": ([(audio_in, "turn_detection", "session.audio.input.turn_detection"),
+                            (session, "turn_detection", "session.turn_detection")], _turn_detection),
+    }
+    changes = {name: value for name, (places, parse) in settings.items()
+               if (value := _either_spelling(places, parse)) is not _ABSENT}
     return replace(config, **changes)
 
 
