@@ -120,7 +120,8 @@ class Conversation(Protocol):
 
     def instruct(self, instructions: str) -> None:
         """The assistant's instructions (its system message) from the next reply on; empty: the configured
-        default (Realtime ``session.instructions``)."""
+        default (Realtime ``session.instructions``). Raises ``ValueError``, changing nothing, for instructions
+        that leave the model's context no room for a reply."""
 
     def limit_reply_tokens(self, tokens: int | None) -> None:
         """Replies stop after at most ``tokens`` tokens, or the configured cap if it is smaller (None: the

@@ -51,7 +51,15 @@ class LmStage:
         self.calls_redone = 0  # calls decoded again because they carried something the caller did not say
 
     def instruct(self, instructions: str) -> None:
-        """The system message from now on (none when empty); the session cache keeps what still matches."""
+        """The system message from now on (none when empty); the session cache keeps what still matches.
+        Raises ``ValueError``, changing nothing, for instructions that leave no room for a reply: the history is
+        trimmed to fit the context, but the system message is kept, so every reply after them would fail."""
+        if instructions:
+            alone = self._prompt_len([{"role": "system", "content": instructions}, {"role": "user", "content": ""}])
+            room = self.engine.context_room() - self.config.max_new_tokens
+            if alone > room:
+                raise ValueError(f"the instructions take {alone} tokens with a question, and the model's context "
+                                 f"leaves {room} before a reply")
         if self.history and self.history[0]["role"] == "system":
             del self.history[0]
         if instructions:

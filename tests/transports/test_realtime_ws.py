@@ -357,6 +357,9 @@ async def test_turn_detection_settings_tune_the_sessions_vad(serve, new_pipeline
         await ws.send_json({"type": "session.update", "session": {"instructions": "be brief. " * 2000}})
         error = (await next_event(ws, "error", seen))["error"]  # as typed text, not tokenised for every reply
         assert error["param"] == "session.instructions" and "over 16000 characters" in error["message"]
+        await ws.send_json({"type": "session.update", "session": {"instructions": "be brief. " * 1000}})
+        error = (await next_event(ws, "error", seen))["error"]  # had been taken, and every reply then failed
+        assert error["param"] == "session.instructions" and "leaves" in error["message"], error
 
         too_short = {"type": "server_vad", "silence_duration_ms": 20}
         await ws.send_json({"type": "session.update", "session": {"turn_detection": too_short}})

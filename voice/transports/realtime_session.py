@@ -109,14 +109,18 @@ class RealtimeSession:
         if len(config.instructions) > MAX_TEXT_CHARS:  # the system message of every reply, tokenised each time
             raise ClientEventError(f"session.instructions is over {MAX_TEXT_CHARS} characters",
                                    param="session.instructions")
+        try:
+            self.conversation.instruct(config.instructions)
+        except ValueError as err:  # instructions the model's context cannot hold with a reply
+            raise ClientEventError(f"session.instructions: {err}", param="session.instructions") from None
         if config.turn_detection != self.config.turn_detection:
             try:
                 self.conversation.tune_turn_detection(**vad_settings(config.turn_detection))
             except ValueError as err:  # e.g. a hangover shorter than the configured silence_start_ms
+                self.conversation.instruct(self.config.instructions)  # as they were: nothing of it applies
                 raise ClientEventError(f"session turn_detection: {err}", code="unsupported_value",
                                        param="session.audio.input.turn_detection") from None
         self.encoder.config = config
-        self.conversation.instruct(self.config.instructions)
         self.conversation.limit_reply_tokens(self.config.max_output_tokens)
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
