@@ -40,6 +40,10 @@ calls (~20 windows of 30 s)."""
 MAX_CONCURRENT_TRANSCRIPTIONS = 2
 """Uploads decoded and transcribed at once (each holds up to the audio limit in memory); the next gets 429.
 Each queues one Whisper window at a time, so a live call's pass waits for at most this many windows."""
+MAX_SPEECH_PHONEMES = 12_000
+"""Longest speech one request renders, about 9 minutes: 4096 characters of English (OpenAI's input limit) take
+~4,600 phonemes, but the voice spells out a script it cannot read letter by letter (~15 phonemes a character),
+and 4096 such characters had held a core for 4 minutes making 51 minutes of audio."""
 MAX_CONCURRENT_SPEECH = 2
 """Speech requests synthesised at once: Piper takes both CPU cores the live calls need too; the next gets 429."""
 _STATE = web.AppKey("audio_api", object)
@@ -281,7 +285,12 @@ async def speech(request: web.Request) -> web.StreamResponse:
         raise bad_request(f"only stream_format 'audio' is supported (the audio streams as the response body), "
                           f"got {body['stream_format']!r}", "stream_format")
     with models.speech_gate.slot():
-        return await _speak(request, await models.piper(), text, fmt)
+        tts = await models.piper()
+        phonemes = sum(await asyncio.to_thread(tts.sentence_phonemes, text))
+        if phonemes > MAX_SPEECH_PHONEMES:
+            raise bad_request(f"'input' would be {phonemes} phonemes of speech, over {MAX_SPEECH_PHONEMES} (about "
+                              f"{MAX_SPEECH_PHONEMES // 22 // 60} minutes): send it in parts", "input")
+        return await _speak(request, tts, text, fmt)
 
 
 async def _speak(request: web.Request, tts: PiperTts, text: str, fmt: str) -> web.StreamResponse:

@@ -25,6 +25,7 @@ from voice.asr import ASR_RATE, WhisperAsr
 from voice.audio import resample
 from voice.audio_api import (
     MAX_FIELD_BYTES,
+    MAX_SPEECH_PHONEMES,
     MAX_UPLOAD_SECONDS,
     SPEECH_RATE,
     AudioModels,
@@ -256,6 +257,13 @@ def test_unsupported_speech_fields_are_400(audio_client, extra, fragment):
         audio_client.audio.speech.create(model="tts-1", voice="alloy", input="Hi.", extra_body=extra)
 
 
+def test_speech_longer_than_its_cap_is_refused_before_rendering(audio_client):
+    """4096 characters the voice spells out one by one had held a core 4 minutes (51 minutes of audio); English
+    at OpenAI's 4096-character limit stays well inside the cap."""
+    with pytest.raises(openai.BadRequestError, match=r"'input' would be \d+ phonemes of speech, over 12000"):
+        audio_client.audio.speech.create(model="tts-1", voice="alloy", input="你好" * 2048)
+
+
 def test_busy_speech_is_a_429(audio_server, audio_client):
     _, models = audio_server
     with models.speech_gate.slot(), models.speech_gate.slot(), pytest.raises(openai.RateLimitError):
@@ -269,3 +277,4 @@ def test_unpunctuated_speech_is_rendered_in_bounded_pieces(audio_server):
     pieces = list(tts.stream("and then " * 60, SPEECH_RATE))
     assert len(pieces) >= 2
     assert max(len(p) for p in pieces) / SPEECH_RATE < 15
+    assert sum(tts.sentence_phonemes("The weather in Paris is mild today. " * 113)) < MAX_SPEECH_PHONEMES
