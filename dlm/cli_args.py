@@ -2,13 +2,19 @@
 
 An eval or a voice run takes minutes; a --json, --out or --trace path in a missing directory had failed with a
 traceback only after all of that work, losing it, and `--limit 0` had evaluated nothing and written NaN.
+
+What only shows later (a checkpoint's weights, an address to listen on) is refused the same way, by
+:func:`refusal`: one line on stderr and exit status 2, argparse's status for arguments that cannot be used.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import os
+import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -51,6 +57,52 @@ def finite_float(text: str) -> float:
     return _checked(text, float, math.isfinite, "a finite number")
 
 
+def at_least_one_each(text: str) -> list[int]:
+    """Comma-separated counts, each at least 1 (concurrency levels, prompt lengths): `1,4,16`."""
+    return _checked(text, lambda t: [int(part) for part in t.split(",")], lambda values: min(values) >= 1,
+                    "comma-separated whole numbers, each at least 1")
+
+
+_HOST_NAME = re.compile(r"(?=.{1,253}\.?$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                        r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?")
+
+
+def host(text: str) -> str:
+    """An IP address or a host name as DNS spells them (not looked up: a name that does not resolve is refused
+    when the server binds, by :func:`cannot_listen`)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"must be an IP address or a host name, got {text!r}") from None
+    return text
+
+
+def checkpoint(text: str) -> str:
+    """A checkpoint directory whose config.json describes a model this engine runs (the weights and the
+    tokenizer are checked when they are loaded; catch :class:`dlm.config.CheckpointError` there too)."""
+    from dlm.checkpoint import load_config  # torch: only for the commands that load a model
+    from dlm.config import CheckpointError
+
+    try:
+        load_config(text)
+    except CheckpointError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def refusal(message: str) -> SystemExit:
+    """Print `error: <message>` as the one line on stderr, and return the exit (status 2) to raise.
+
+    For what cannot be checked while the arguments are read: a checkpoint whose weights are unfit, an address
+    that is not loopback given no token, a port already taken."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return SystemExit(2)
+
+
 def cannot_listen(host: str, port_number: int, err: OSError) -> SystemExit:
-    """The one-line exit for a server whose address is taken or not this machine's, instead of a traceback."""
-    return SystemExit(f"error: cannot listen on {host}:{port_number}: {err.strerror or err}")
+    """The one-line exit for a server whose address is taken or not this machine's, instead of a traceback.
+
+    Status 2, as for any other argument this machine cannot use: the remedy is the same, another --port or
+    --host (1 stays what it is for Python, a crash with a traceback)."""
+    return refusal(f"cannot listen on {host}:{port_number}: {err.strerror or err}")

@@ -33,7 +33,8 @@ from tqdm import tqdm
 
 from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
-from dlm.cli_args import at_least_one, finite_float, output_path
+from dlm.cli_args import at_least_one, checkpoint, finite_float, output_path, refusal
+from dlm.config import CheckpointError
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
@@ -343,7 +344,8 @@ def format_table(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlm.eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint directory (default: the demo)")
+    parser.add_argument("--model", type=checkpoint, default=str(DEFAULT_MODEL),
+                        help="checkpoint directory (default: the demo)")
     parser.add_argument("--json", type=output_path, help="also write the figures to this JSON file")
     parser.add_argument("--failures", type=output_path, help="also write the dialogues the headline effort got wrong (calls "
                                            "grounded) to this JSON-lines file: asked, expected, said")
@@ -372,7 +374,11 @@ def main(argv: list[str] | None = None) -> None:
     rule: dict[str, Any] = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
     if args.confidence_order:
         rule["in_order"] = False
-    assistant = Assistant(Engine.from_dir(args.model), args.block_size, rule, args.copy_bias)
+    try:
+        engine = Engine.from_dir(args.model)
+    except CheckpointError as err:  # its weights or tokenizer (--model checked its config.json)
+        raise refusal(str(err)) from None
+    assistant = Assistant(engine, args.block_size, rule, args.copy_bias)
     failures: list[dict[str, Any]] | None = [] if args.failures else None
     report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts, failures)
     report["rule"] = rule or "each effort's own"

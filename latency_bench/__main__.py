@@ -22,7 +22,18 @@ BENCHMARKS = {
 }
 
 
+def _input_errors() -> tuple[type[Exception], ...]:
+    """The errors that mean a config or checkpoint the benchmark was given cannot be used."""
+    from dlm.config import CheckpointError
+    from dlm.train.config import RunConfigError
+    from voice.config import ConfigError
+
+    return CheckpointError, RunConfigError, ConfigError
+
+
 def main(argv: list[str] | None = None) -> int:
+    """A bad config, checkpoint, path or value is one line on stderr and exit status 2, as for `python -m voice`
+    and `python -m dlm.train`; anything else (a bug) keeps its traceback."""
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m latency_bench")
     sub = parser.add_subparsers(dest="benchmark", required=True)
@@ -32,7 +43,18 @@ def main(argv: list[str] | None = None) -> int:
         if name == chosen:  # import only the benchmark that runs (they pull in heavy dependencies)
             importlib.import_module(module).add_arguments(p)
     args = parser.parse_args(argv)
-    return int(importlib.import_module(BENCHMARKS[args.benchmark][0]).run(args) or 0)
+    try:
+        return int(importlib.import_module(BENCHMARKS[args.benchmark][0]).run(args) or 0)
+    except ValueError as err:
+        if not isinstance(err, _input_errors()):
+            raise
+        message = str(err)
+    except SystemExit as exit_:  # a benchmark's own one-line refusal ("--gen-tokens must be a multiple ...")
+        if not isinstance(exit_.code, str):
+            raise
+        message = exit_.code.removeprefix("error: ")
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

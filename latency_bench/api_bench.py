@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dlm.cli_args import at_least_one, output_path
+from dlm.cli_args import at_least_one, at_least_one_each, checkpoint, output_path
 
 PROMPTS = [
     "What is the capital of France?",
@@ -116,16 +116,18 @@ def _default_model() -> Path:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, default=_default_model(), help="checkpoint dir (default: the demo)")
-    p.add_argument("--clients", default="1,4,16", help="comma-separated concurrency levels")
+    from dlm.checkpoint import DTYPES
+
+    p.add_argument("--model", type=checkpoint, default=_default_model(), help="checkpoint dir (default: the demo)")
+    p.add_argument("--clients", type=at_least_one_each, default="1,4,16", help="comma-separated concurrency levels")
     p.add_argument("--rounds", type=at_least_one, default=3, help="requests per client at each level")
     p.add_argument("--max-tokens", type=at_least_one, default=48)
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
     p.add_argument("--json", type=output_path, help="write the results here")
 
 
 def run(args: argparse.Namespace) -> int:
-    levels = [int(c) for c in args.clients.split(",")]
+    levels = args.clients
 
     import torch
     from aiohttp import web

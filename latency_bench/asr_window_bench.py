@@ -17,7 +17,7 @@ import statistics
 
 import numpy as np
 
-from dlm.cli_args import output_path
+from dlm.cli_args import at_least_one_each, output_path
 from voice.asr import ASR_RATE, WHISPER_WINDOW_S, WhisperAsr
 from voice.tts import PiperTts, TtsConfig
 
@@ -50,12 +50,12 @@ def word_errors(reference: str, heard: str) -> tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--windows", default="30,10", help="encoder windows to compare, seconds (default 30,10)")
+    parser.add_argument("--windows", type=at_least_one_each, default="30,10", help="encoder windows to compare, seconds (default 30,10)")
     parser.add_argument("--json", type=output_path, help="also write the figures here")
 
 
 def run(args: argparse.Namespace) -> int:
-    windows = [int(w) for w in args.windows.split(",")]
+    windows = args.windows
     asr = WhisperAsr()
     clips = []
     for rate in SPEAKING_RATES:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
-from dlm.cli_args import at_least_one, output_path
+from dlm.cli_args import at_least_one, at_least_one_each, output_path
 from dlm.config import ModelConfig
 from dlm.decoding.prefill import prefill_blocks
 from dlm.decoding.schedule import transfer_counts
@@ -246,7 +246,7 @@ def format_table(report: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=sorted(SHAPES), default="cpu-small")
-    p.add_argument("--prompt-lengths", default="64,512,2048", help="comma-separated")
+    p.add_argument("--prompt-lengths", type=at_least_one_each, default="64,512,2048", help="comma-separated")
     p.add_argument("--block-size", type=at_least_one, default=8)
     p.add_argument("--passes-per-block", type=at_least_one, default=2)
     p.add_argument("--gen-tokens", type=at_least_one, default=32)
@@ -261,7 +261,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
-    lengths = [int(x) for x in args.prompt_lengths.split(",") if x.strip()]
+    lengths = args.prompt_lengths
     if args.gen_tokens % args.block_size:
         raise SystemExit("--gen-tokens must be a multiple of --block-size")
     report = run_bench(args.shape, lengths, args.block_size, args.passes_per_block, args.gen_tokens, args.repeats,

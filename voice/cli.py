@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlm.cli_args import finite_float, output_path
+from dlm.cli_args import finite_float, host, output_path
 from voice.config import ConfigError
 
 if TYPE_CHECKING:
@@ -120,12 +120,25 @@ async def _run_files(args: argparse.Namespace, clips: list[np.ndarray], options:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """A bad config, path or value is one line on stderr and exit status 2, before any model is loaded; so is a
+    transport's own refusal (a SystemExit with a message: no token off loopback, an address it cannot bind)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(argv).parse_args(argv)
+        if getattr(args, "host", None) is not None:  # `serve`'s --host, checked before its models load
+            try:
+                host(args.host)
+            except argparse.ArgumentTypeError as err:
+                raise CliError(f"argument --host: {err}") from None
         if args.command == "run":
             return _run(args)
         return int(_transport_module(args.command).main(args) or 0)
     except (CliError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except SystemExit as exit_:
+        if not isinstance(exit_.code, str):  # argparse's own (status 2, already printed), or a plain status
+            raise
+        message = exit_.code.removeprefix("error: ")
+        print(f"error: {message}", file=sys.stderr)
         return 2

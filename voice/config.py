@@ -21,6 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from dlm.decoding.logit_bias import COPY_FOLLOW
 from voice.asr import AsrConfig
+from voice.audio import AudioFormatError, check_rate
 from voice.chunker import ChunkerConfig
 from voice.tts import TtsConfig
 from voice.vad import VadConfig
@@ -103,6 +104,12 @@ class PipelineConfig:
     chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
     turn: TurnConfig = field(default_factory=TurnConfig)
 
+    def __post_init__(self) -> None:
+        try:  # checked here, not when the first call's pipeline is built
+            check_rate(self.output_rate)
+        except AudioFormatError as err:
+            raise ValueError(f"output_rate: {err}") from None
+
     def replace(self, **sections: dict[str, Any]) -> PipelineConfig:
         """A copy with some fields of some sections changed: ``cfg.replace(turn={"stream_tts": False})``."""
         changes = {
@@ -169,6 +176,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {path} not found") from None
+    except OSError as err:  # a directory, unreadable
+        raise ConfigError(f"config file {path} cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text, so not TOML (byte {err.start}: {err.reason})") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML ({err})") from None
 

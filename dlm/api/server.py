@@ -16,7 +16,7 @@ from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
 from dlm.api.state import STATE, ApiState
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import at_least_one, cannot_listen, finite_float, port
+from dlm.cli_args import at_least_one, cannot_listen, finite_float, host, port, refusal
 from dlm.decoding.logit_bias import COPY_FOLLOW
 
 _CREATED = int(time.time())
@@ -85,15 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    check_bind(args.host, args.api_key)
+    """A bad value, checkpoint or address is one line on stderr and exit status 2 (`dlm.cli_args.refusal`)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        host(args.host)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"argument --host: {exc}")
+    try:
+        check_bind(args.host, args.api_key)
+    except SystemExit as exc:  # its message: no API key off loopback
+        raise refusal(str(exc.code)) from None
     from dlm.config import CheckpointError
     from dlm.engine import Engine  # the engine pulls in torch: only when actually serving
 
     try:
         engine = Engine.from_dir(args.model, args.dtype)
     except (CheckpointError, ValueError) as exc:  # ValueError: an unknown --dtype
-        raise SystemExit(f"error: {exc}") from None
+        raise refusal(str(exc)) from None
     name = args.model_name or os.path.basename(os.path.normpath(args.model))
     limits = ApiLimits(max_concurrent=args.max_concurrent, max_prompt_tokens=args.max_prompt_tokens)
     app = create_app(engine, name, limits, args.api_key, args.copy_bias)

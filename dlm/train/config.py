@@ -156,9 +156,13 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
 
 
 def load_run_config(path: str | Path) -> RunConfig:
-    with open(path, "rb") as f:
-        try:
+    try:
+        with open(path, "rb") as f:
             raw = tomllib.load(f)
-        except tomllib.TOMLDecodeError as err:
-            raise RunConfigError(f"{path}: not valid TOML ({err})") from None
+    except OSError as err:  # missing, a directory, unreadable
+        raise RunConfigError(f"{path}: cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise RunConfigError(f"{path}: not UTF-8 text, so not TOML (byte {err.start}: {err.reason})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise RunConfigError(f"{path}: not valid TOML ({err})") from None
     return from_dict(raw)

@@ -92,3 +92,78 @@ def test_dlm_generate_refuses_counts_of_nothing(argv: list[str], capsys: pytest.
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_eval_refuses_a_directory_that_is_no_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Had been a CheckpointError traceback; refused now when the arguments are read."""
+    with pytest.raises(SystemExit) as exit_:
+        eval_main(["--model", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(f"error: argument --model: {tmp_path}/config.json: file not found")
+
+
+def test_eval_refuses_a_checkpoint_without_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config.json fit to read, but no weights: found when the model loads, still one line."""
+    import shutil
+
+    import torch
+
+    from tests.conftest import FIXTURES
+
+    shutil.copy(FIXTURES / "sdar" / "checkpoint" / "config.json", tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        eval_main(["--model", str(tmp_path), "--threads", str(torch.get_num_threads())])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: {tmp_path}: no *.safetensors weight file"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "/nonexistent/model"], "error: /nonexistent/model: not a checkpoint directory"),  # had been status 1
+    (["--host", "0.0.0.0"], "error: binding 0.0.0.0 (not loopback) requires an API key"),  # had been status 1
+])
+def test_dlm_serve_refusals_are_status_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                         argv: list[str], message: str) -> None:
+    from dlm.api.server import main
+
+    monkeypatch.delenv("DLM_API_KEY", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(message)
+
+
+def test_dlm_serve_refuses_what_is_no_host(capsys: pytest.CaptureFixture[str]) -> None:
+    from dlm.api.server import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--host", "not a host", "--api-key", "k"])
+    assert exit_.value.code == 2
+    assert "error: argument --host: must be an IP address or a host name, got 'not a host'" in capsys.readouterr().err
+
+
+def test_a_taken_port_is_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """Like a bad value, the remedy is another argument (--port); status 1 is left to crashes."""
+    from dlm.cli_args import cannot_listen
+
+    exit_ = cannot_listen("127.0.0.1", 8080, OSError(98, "Address already in use"))
+    assert exit_.code == 2
+    assert capsys.readouterr().err == "error: cannot listen on 127.0.0.1:8080: Address already in use\n"
+
+
+@pytest.mark.parametrize("text", ["a,b", "", "0", "4,0", "1,,2", "-1"])
+def test_at_least_one_each_refuses(text: str) -> None:
+    from dlm.cli_args import at_least_one_each
+
+    with pytest.raises(argparse.ArgumentTypeError, match="comma-separated whole numbers, each at least 1"):
+        at_least_one_each(text)
+
+
+def test_at_least_one_each_and_host_accept() -> None:
+    from dlm.cli_args import at_least_one_each, host
+
+    assert at_least_one_each("1,4,16") == [1, 4, 16] and at_least_one_each("7") == [7]
+    for name in ("localhost", "127.0.0.1", "0.0.0.0", "::", "::1", "fe80::1%eth0", "voice.example.org.", "my_box"):
+        assert host(name) == name

@@ -56,5 +56,13 @@ def test_bad_flags_and_paths(tmp_path: Path, refusal) -> None:
     assert "No such file" in refusal("", config=tmp_path / "missing.toml")
 
 
+def test_a_config_that_cannot_be_read(tmp_path: Path, refusal) -> None:
+    """Each had been a traceback: a UnicodeDecodeError, an IsADirectoryError."""
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    assert refusal("", config=binary) == f"error: {binary}: not UTF-8 text, so not TOML (byte 0: invalid start byte)"
+    assert refusal("", config=tmp_path) == f"error: {tmp_path}: cannot be read (Is a directory)"
+
+
 def test_the_default_output_is_not_the_shipped_checkpoint() -> None:
     assert "dlm/assets/demo" not in (from_dict({}).train.out_dir, from_dict({}).train.state_dir)

@@ -1,0 +1,54 @@
+"""`python -m latency_bench` refuses a bad value, checkpoint or config in one line, exit status 2, before it
+measures anything (each had been a traceback: a ValueError, a CheckpointError, an IsADirectoryError, or an
+openai.RateLimitError from a server started for 0 clients)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from latency_bench.__main__ import main
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The last line on stderr of `python -m latency_bench <argv>`, having exited 2 without a traceback."""
+    try:
+        code, lines = main(argv), 1
+    except SystemExit as exit_:  # argparse's refusal: its usage, then the line
+        code, lines = exit_.code, None
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert lines is None or len(err.strip().splitlines()) == lines
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["api", "--clients", "a,b"], "argument --clients: must be comma-separated whole numbers, each at least 1"),
+    (["api", "--clients", ""], "argument --clients: must be comma-separated whole numbers, each at least 1"),
+    (["api", "--clients", "0"], "argument --clients: must be comma-separated whole numbers, each at least 1"),
+    (["api", "--dtype", "bogus"], "argument --dtype: invalid choice: 'bogus'"),
+    (["dlm", "--prompt-lengths", "0"], "argument --prompt-lengths: must be comma-separated whole numbers"),
+    (["asr-window", "--windows", "30,x"], "argument --windows: must be comma-separated whole numbers"),
+])
+def test_bad_values(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert message in _refused(argv, capsys)
+
+
+@pytest.mark.parametrize("bench", ["api", "copy-bias"])
+def test_a_directory_that_is_no_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str], bench: str) -> None:
+    line = _refused([bench, "--model", str(tmp_path)], capsys)
+    assert line.endswith(f"error: argument --model: {tmp_path}/config.json: file not found")
+
+
+@pytest.mark.parametrize("bench", ["voice", "train-step"])
+def test_a_config_that_cannot_be_read(tmp_path: Path, capsys: pytest.CaptureFixture[str], bench: str) -> None:
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    threads = ["--threads", str(torch.get_num_threads())] if bench == "train-step" else []  # it sets torch's
+    for config, problem in ((binary, "not UTF-8 text"), (folder, "cannot be read (Is a directory)")):
+        line = _refused([bench, "--config", str(config), *threads], capsys)
+        assert line.startswith("error: ") and str(config) in line and problem in line

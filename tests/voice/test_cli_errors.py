@@ -1,0 +1,66 @@
+"""`python -m voice` answers a config it cannot read or use, or an address it must not or cannot serve, in one
+line with exit status 2, before any model loads (each had been a traceback, or exit status 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from voice.audio import write_wav
+from voice.cli import main
+
+
+def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    return line
+
+
+@pytest.fixture
+def clip(tmp_path: Path) -> Path:
+    path = tmp_path / "tone.wav"
+    write_wav(path, (np.sin(np.arange(1600) / 16000 * 2 * np.pi * 300) * 8000).astype(np.int16), 16000)
+    return path
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_a_config_that_cannot_be_read(tmp_path: Path, clip: Path, capsys: pytest.CaptureFixture[str],
+                                      command: str) -> None:
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00bad")  # had been a UnicodeDecodeError traceback
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()  # had been an IsADirectoryError traceback
+    inputs = [str(clip), "--fast"] if command == "run" else []
+    for config, problem in ((binary, "not UTF-8 text"), (folder, "cannot be read (Is a directory)")):
+        assert main([command, *inputs, "--config", str(config)]) == 2
+        line = _one_line(capsys)
+        assert line.startswith("error: ") and str(config) in line and problem in line
+
+
+@pytest.mark.parametrize("rate", ["0", "-24000", "100000000000000000000"])
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_an_output_rate_the_audio_cannot_have(tmp_path: Path, clip: Path, capsys: pytest.CaptureFixture[str],
+                                              command: str, rate: str) -> None:
+    """`serve` had started with it and `run` had died in the pipeline with an AudioFormatError traceback."""
+    config = tmp_path / "rate.toml"
+    config.write_text(f"output_rate = {rate}\n")
+    inputs = [str(clip), "--fast"] if command == "run" else []
+    assert main([command, *inputs, "--config", str(config)]) == 2
+    assert f"output_rate: unsupported sample rate {rate} Hz" in _one_line(capsys)
+
+
+def test_serve_refuses_a_network_address_without_a_token(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("VOICE_TOKEN", raising=False)
+    assert main(["serve", "--host", "0.0.0.0"]) == 2  # had been exit status 1
+    assert _one_line(capsys).startswith("error: refusing to bind 0.0.0.0 (not loopback) without a bearer token")
+
+
+@pytest.mark.parametrize("host", ["not a host", "", "exa mple.org"])
+def test_serve_refuses_what_is_no_host(capsys: pytest.CaptureFixture[str], host: str) -> None:
+    """Even with a token, before its models load (had been exit status 1, or a failed bind after loading)."""
+    assert main(["serve", "--host", host, "--token", "t"]) == 2
+    assert _one_line(capsys) == f"error: argument --host: must be an IP address or a host name, got {host!r}"
