@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = DEMO_CHECKPOINT if (DEMO_CHECKPOINT / "config.json").exists() else None
     p.add_argument("--model", default=demo, required=demo is None,
                    help="checkpoint directory (default: the embedded demo checkpoint)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", type=host, default="127.0.0.1")
     p.add_argument("--port", type=port, default=8000)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--model-name", help="the id clients send as 'model' (default: the directory name)")
@@ -86,12 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """A bad value, checkpoint or address is one line on stderr and exit status 2 (`dlm.cli_args.refusal`)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        host(args.host)
-    except argparse.ArgumentTypeError as exc:
-        parser.error(f"argument --host: {exc}")
+    args = build_parser().parse_args(argv)
     try:
         check_bind(args.host, args.api_key)
     except SystemExit as exc:  # its message: no API key off loopback
