@@ -263,16 +263,19 @@ _ABSENT = object()
 def _either_spelling(places: list[tuple[dict[str, Any], str, str]], parse: Callable[[Any, str], Any]) -> Any:
     """A setting the GA protocol and the beta one name differently (``audio.input.format`` and
     ``input_audio_format``): every spelling given is checked, and two that disagree are refused rather than one
-    silently winning. `_ABSENT` when none is given; a null instructions or voice leaves the setting as it is."""
-    given = [(param, parse(obj[key], param)) for obj, key, param in places
-             if key in obj and (obj[key] is not None or parse is not _text)]
+    silently winning. `_ABSENT` when none is given, or `parse` reads every one given as no change."""
+    given = [(param, value) for obj, key, param in places
+             if key in obj and (value := parse(obj[key], param)) is not _ABSENT]
     if len(given) > 1 and given[0][1] != given[1][1]:
         raise ClientEventError(f"{given[0][0]} and {given[1][0]} are one setting, given two values",
                                param=given[1][0])
     return given[0][1] if given else _ABSENT
 
 
-def _text(value: Any, param: str) -> str:
+def _text(value: Any, param: str) -> Any:
+    """A string setting; null leaves it as it is (`_ABSENT`)."""
+    if value is None:
+        return _ABSENT
     if not isinstance(value, str):
         raise ClientEventError(f"{param} must be a string", param=param)
     return value
