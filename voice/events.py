@@ -85,6 +85,7 @@ class ResponseDone:
     cancelled: bool
     trace: dict[str, Any] = field(default_factory=dict)
     failed: bool = False
+    cut_at_cap: bool = False  # the reply stopped at its token cap (Realtime status "incomplete")
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,9 @@ class Conversation(Protocol):
     async def clear_input(self) -> None:
         """Drop buffered caller audio that has not become a turn yet."""
 
-    async def respond(self, text: str | None = None) -> None:
-        """Start an assistant response (to ``text`` as a user message, or to the history as it is)."""
+    async def respond(self, text: str | None = None, max_tokens: int | None = None) -> None:
+        """Start an assistant response (to ``text`` as a user message, or to the history as it is); ``max_tokens``
+        caps this response alone, never above the configured cap (None: the session's cap)."""
 
     async def cancel_response(self) -> None:
         """Stop the current response: LM and TTS are cancelled and AudioCleared is emitted."""

@@ -49,6 +49,7 @@ class LmStage:
         self._prefilled: str | None = None
         self._reply_message: dict[str, Any] | None = None  # what the last record_reply added, for amend_last_reply
         self.calls_redone = 0  # calls decoded again because they carried something the caller did not say
+        self.stopped_at_cap = False  # the last reply ran into its token cap rather than ending itself
 
     def instruct(self, instructions: str) -> None:
         """The system message from now on (none when empty); the session cache keeps what still matches.
@@ -65,9 +66,9 @@ class LmStage:
         if instructions:
             self.history.insert(0, {"role": "system", "content": instructions})
 
-    def _stream_options(self) -> dict[str, Any]:
+    def _stream_options(self, max_new_tokens: int) -> dict[str, Any]:
         cfg = self.config
-        options = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "block_size": cfg.block_size,
+        options = {"max_new_tokens": max_new_tokens, "temperature": cfg.temperature, "block_size": cfg.block_size,
                    "first_block_size": cfg.first_block_size, "effort": cfg.effort}
         if cfg.passes_per_block is not None:
             options["passes_per_block"] = cfg.passes_per_block
@@ -79,9 +80,9 @@ class LmStage:
     def _prompt_len(self, messages: list[dict[str, Any]]) -> int:
         return len(self.engine.prompt_ids(messages, True if self.config.tools else None))
 
-    def _fit_history(self) -> None:
+    def _fit_history(self, max_new_tokens: int) -> None:
         """Leave room in the model's context for a whole reply (``dlm.history.fit_history``)."""
-        budget = self.engine.context_room() - self.config.max_new_tokens
+        budget = self.engine.context_room() - max_new_tokens
         fit_history(self.history, self._prompt_len, budget)
 
     def partial_prompt_ids(self, user_text: str) -> list[int]:
@@ -108,7 +109,8 @@ class LmStage:
         return True
 
     async def reply(
-        self, user_text: str | None, before_tool: Callable[[], Awaitable[Any]] | None = None
+        self, user_text: str | None, before_tool: Callable[[], Awaitable[Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[str | ToolCall]:
         """Stream the answer to ``user_text`` (None: to the history as it is): speakable text and tool calls.
 
@@ -116,20 +118,24 @@ class LmStage:
         assistant's spoken message is added by :meth:`record_reply` with what was actually said.
         ``before_tool`` is awaited before a tool that changes state runs (a speculative reply must not set
         timers); one that only reads runs at once, so a reply held during the hangover is ready when it ends.
+        ``max_tokens`` caps each decoding round of this reply instead of the config's cap; afterwards
+        :attr:`stopped_at_cap` says whether the reply ran into it.
         """
+        cap = self.config.max_new_tokens if max_tokens is None else max_tokens
+        self.stopped_at_cap = False
         if user_text is not None:
             self.history.append({"role": "user", "content": user_text})
         spoke, fallback = False, self.config.fallback_reply
         async with self._lock:
             self._prefilled = None
             for round_no in range(self.config.max_tool_rounds + 1):
-                self._fit_history()
+                self._fit_history(cap)
                 splitter = ToolCallSplitter()
                 call_body: str | None = None
                 # closed on leaving, so the engine is done with the session before the next round starts
                 bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias, ASKING_WORDS)
                 async with contextlib.aclosing(self.engine.stream(self.history, session=self.session, bias=bias,
-                                                                  **self._stream_options())) as stream:
+                                                                  **self._stream_options(cap))) as stream:
                     async for piece in stream:
                         text, call_body = splitter.push(piece)
                         if text.strip():
@@ -139,11 +145,13 @@ class LmStage:
                         if call_body is not None:
                             break
                 if call_body is None or round_no == self.config.max_tool_rounds:
+                    result = self.session.last_result
+                    self.stopped_at_cap = call_body is None and result is not None and result.finish_reason == "length"
                     tail = splitter.flush()
                     if tail.strip() or not spoke:
                         yield tail if tail.strip() else fallback  # never leave the caller in silence
                     return
-                call_body = await self._grounded(call_body)
+                call_body = await self._grounded(call_body, cap)
                 if before_tool is not None and changes_state(call_body):
                     await before_tool()
                 call = run_tool_call(self.tools, call_body)
@@ -156,7 +164,7 @@ class LmStage:
         are single tokens), else None."""
         return None if self.engine.model.cfg.bidirectional else call_tag_ids(self.engine.tokenizer.special_tokens)
 
-    async def _grounded(self, body: str) -> str:
+    async def _grounded(self, body: str, max_new_tokens: int) -> str:
         """The call as the caller's last words (and, for a follow-up's expression, the tools' earlier results)
         allow it (`dlm.tools.grounding.settle_call`): kept when it fits,
         else decoded again on the session under the grounded schema, pass by pass on the model worker, and
@@ -171,7 +179,7 @@ class LmStage:
         open_id, close_id = tags
         prompt = [*self.engine.prompt_ids(self.history, True), open_id]
         steps = one_span(self.engine, self.session, prompt, schema, close_id, self.engine.vocab,
-                         Knobs(effort=self.config.effort), self.config.max_new_tokens)
+                         Knobs(effort=self.config.effort), max_new_tokens)
         loop, ids = asyncio.get_running_loop(), []
         try:
             while (step := await loop.run_in_executor(self.engine.worker, next, steps, None)) is not None:

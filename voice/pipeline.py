@@ -154,7 +154,7 @@ class VoicePipeline:
 
         await self._input.put(clear)
 
-    async def respond(self, text: str | None = None) -> None:
+    async def respond(self, text: str | None = None, max_tokens: int | None = None) -> None:
         turn_id = self._new_turn_id()
         trace = TurnTrace(turn_id)
         trace.mark("speech_end")
@@ -162,7 +162,8 @@ class VoicePipeline:
         if text is not None:
             trace.transcript = text
         self._cut_reply()
-        self._start_reply(turn_id, trace, text)
+        cap = None if max_tokens is None else min(max_tokens, self.config.lm.max_new_tokens)
+        self._start_reply(turn_id, trace, text, max_tokens=cap)
 
     async def cancel_response(self) -> None:
         self._cut_reply()
@@ -414,11 +415,13 @@ class VoicePipeline:
 
     # ----- replies: LM -> clauses -> TTS -> audio ------------------------------------------------
 
-    def _start_reply(self, turn_id: int, trace: TurnTrace, user_text: str | None, held: bool = False) -> Reply:
+    def _start_reply(self, turn_id: int, trace: TurnTrace, user_text: str | None, held: bool = False,
+                     max_tokens: int | None = None) -> Reply:
         """Answer; a ``held`` reply keeps its output back until :meth:`_release` (speculative start)."""
         self._unanswered = None
         self._audio_gen += 1
-        reply = Reply(turn_id, trace, self.output_rate, history_mark=len(self._lm.history), held=held)
+        reply = Reply(turn_id, trace, self.output_rate, history_mark=len(self._lm.history), held=held,
+                      max_tokens=max_tokens)
         if not held:
             reply.confirmed.set()
         self._reply = reply
@@ -446,7 +449,7 @@ class VoicePipeline:
         chunker = ClauseChunker(self.config.chunker)
         tools = 0
         try:
-            async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait):
+            async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait, max_tokens=reply.max_tokens):
                 if isinstance(out, ToolCall):
                     tools += 1
                     reply.trace.mark(f"tool_call_{tools}")
@@ -459,6 +462,7 @@ class VoicePipeline:
                     reply.trace.mark("first_clause")
                     reply.clauses.put_nowait(clause)
             reply.trace.mark("lm_done")
+            reply.cut_at_cap = self._lm.stopped_at_cap
             for clause in chunker.flush() if streaming else [" ".join("".join(reply.text).split())]:
                 reply.clauses.put_nowait(clause)
         except asyncio.CancelledError:
@@ -571,7 +575,7 @@ class VoicePipeline:
         self.resources.metrics.observe(record)
         if self._on_trace is not None:
             self._on_trace(record)
-        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed))
+        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed, cut_at_cap=reply.cut_at_cap))
 
     # ----- plumbing --------------------------------------------------------------------------
 

@@ -9,12 +9,13 @@ import pytest
 
 from voice.events import AudioCleared, AudioOut, ReplyTextDelta, ResponseDone, SpeechStarted, TranscriptDelta
 from voice.transports.realtime_events import (
+    MAX_OUTPUT_TOKENS,
     PCMU_8K,
     ClientEventError,
     RealtimeEncoder,
     SessionConfig,
     apply_session_update,
-    check_response_options,
+    response_token_cap,
 )
 
 
@@ -54,6 +55,10 @@ def test_a_response_opens_once_streams_audio_and_closes_with_its_trace() -> None
     assert kinds[-1] == "response.done" and kinds.count("response.created") == 1
     assert out[-1]["response"]["status"] == "completed" and out[-1]["trace"] == {"voice_to_voice_ms": 321.0}
     assert len({e["event_id"] for e in out}) == len(out)
+    cut = enc.encode(ResponseDone(4, "Par", False, cut_at_cap=True))[-1]["response"]
+    assert (cut["status"], cut["output"][0]["status"]) == ("incomplete", "incomplete")
+    assert cut["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+    assert "status_details" not in out[-1]["response"]
     # Over WebRTC the server owns playback: audio stays off the events, a barge-in is reported.
     rtc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=False, t0=0.0)
     assert [e["type"] for e in rtc.encode(AudioOut(3, tone, 24000))] == ["response.created"]
@@ -135,9 +140,10 @@ def test_session_update_refuses_what_it_would_acknowledge_and_ignore() -> None:
 def test_response_options_are_checked_not_ignored() -> None:
     """response.create's 'response' had been ignored whole; what the session cannot do for it is refused."""
     config = SessionConfig(id="s", instructions="be brief")
-    for fine in (None, {}, {"output_modalities": ["audio"], "conversation": "auto", "instructions": "be brief",
-                            "max_output_tokens": "inf", "tool_choice": "none"}):
-        check_response_options(fine, config)
+    for fine, cap in ((None, None), ({}, None), ({"max_output_tokens": 7}, 7), ({"max_response_output_tokens": 7}, 7),
+                      ({"output_modalities": ["audio"], "conversation": "auto", "instructions": "be brief",
+                        "max_output_tokens": "inf", "tool_choice": "none"}, MAX_OUTPUT_TOKENS)):
+        assert response_token_cap(fine, config) == cap, fine
     refusals = [
         ("nope", "invalid_request", "response"),
         ({"instructions": 5}, "invalid_request", "response.instructions"),
@@ -146,8 +152,11 @@ def test_response_options_are_checked_not_ignored() -> None:
         ({"output_modalities": ["text"]}, "unsupported_value", "response.output_modalities"),
         ({"conversation": "none"}, "unsupported_value", "response.conversation"),
         ({"input": []}, "unknown_parameter", "response.input"),
+        ({"max_output_tokens": 0}, "invalid_request", "response.max_output_tokens"),
+        ({"max_output_tokens": 5, "max_response_output_tokens": 6}, "invalid_request",
+         "response.max_response_output_tokens"),
     ]
     for response, code, param in refusals:
         with pytest.raises(ClientEventError) as refused:
-            check_response_options(response, config)
+            response_token_cap(response, config)
         assert (refused.value.code, refused.value.param) == (code, param), response

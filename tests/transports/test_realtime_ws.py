@@ -375,20 +375,30 @@ async def test_turn_detection_settings_tune_the_sessions_vad(serve, new_pipeline
 
 
 async def test_max_output_tokens_caps_the_sessions_replies(serve, resources) -> None:
-    """A number had been refused (only 'inf' was accepted); it now caps each reply, below the server's own cap."""
+    """A number had been refused (only 'inf' was accepted); it now caps each reply, below the server's own cap,
+    and a reply it cuts ends 'incomplete'. A response.create's own cap holds for that response alone."""
     server = await serve(lambda: VoicePipeline(resources))
     seen: list[dict[str, Any]] = []
 
-    async def reply_tokens() -> int:
+    async def reply(**options: Any) -> tuple[int, dict[str, Any]]:
         await ws.send_json(typed("hello"))
-        await ws.send_json({"type": "response.create"})
-        done = await next_event(ws, "response.done", seen)
-        return len(resources.engine.tokenizer.encode(done["response"]["output"][0]["content"][0]["transcript"]))
+        await ws.send_json({"type": "response.create", **({"response": options} if options else {})})
+        done = (await next_event(ws, "response.done", seen))["response"]
+        return len(resources.engine.tokenizer.encode(done["output"][0]["content"][0]["transcript"])), done
+
+    async def reply_tokens(**options: Any) -> int:
+        return (await reply(**options))[0]
 
     async with session(server, seen) as (ws, _):
-        assert await reply_tokens() > 2
+        tokens, done = await reply()
+        assert tokens > 2 and done["status"] == "completed" and "status_details" not in done
+        tokens, done = await reply(max_output_tokens=2)
+        assert tokens <= 2 and done["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+        assert await reply_tokens() > 2  # the response's cap was its own
         await ws.send_json({"type": "session.update", "session": {"max_output_tokens": 2}})
         assert (await next_event(ws, "session.updated", seen))["session"]["max_output_tokens"] == 2
+        assert await reply_tokens() <= 2
+        assert await reply_tokens(max_response_output_tokens="inf") > 2  # a response may lift the session's cap
         assert await reply_tokens() <= 2
         for bad in (0, "2", 10**6, True):
             await ws.send_json({"type": "session.update", "session": {"max_response_output_tokens": bad}})

@@ -27,7 +27,7 @@ def ground(engine: Engine, question: str, body: dict) -> tuple[dict, int]:
     stage = LmStage(engine, LmConfig())
     stage.history.append({"role": "user", "content": question})
     try:
-        grounded = asyncio.run(stage._grounded(json.dumps(body)))
+        grounded = asyncio.run(stage._grounded(json.dumps(body), stage.config.max_new_tokens))
     finally:
         stage.close()
     name, arguments = parse_tool_call(grounded)
@@ -63,7 +63,8 @@ def test_a_call_decoded_again_is_grounded_too(engine: Engine) -> None:
     stage = LmStage(engine, LmConfig())
     stage.history.append({"role": "user", "content": "hmm what's um eight multiplied by 9"})
     try:
-        redone = asyncio.run(stage._grounded('{"name": "calculator", "arguments": {"expression": "8 9'))
+        redone = asyncio.run(stage._grounded('{"name": "calculator", "arguments": {"expression": "8 9',
+                                              stage.config.max_new_tokens))
     finally:
         stage.close()
     assert stage.calls_redone == 1

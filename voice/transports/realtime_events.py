@@ -154,7 +154,6 @@ SPOKEN = Fixed(lambda v: isinstance(v, list) and all(isinstance(m, str) for m in
                "['audio']: every reply is spoken, its transcript comes with it (text-only replies are not supported)")
 NO_TOOLS = Fixed(lambda v: v == [], "[]: client function tools are not supported")
 TOOL_CHOICE = Fixed(lambda v: v in ("auto", "none"), "'auto' or 'none' (no client tools)")
-NO_TOKEN_LIMIT = Fixed(lambda v: v == "inf", "'inf': a reply ends where the model ends it")
 SPEED = Fixed(lambda v: v == 1 and not isinstance(v, bool), "1.0, the bundled Piper voice's only speed")
 NO_NOISE_REDUCTION = Fixed(lambda v: v is None, "null: no noise reduction is applied")
 TRANSCRIPTION = Fixed(lambda v: isinstance(v, dict) and set(v) <= {"model", "language", "prompt"}
@@ -311,31 +310,37 @@ RESPONSE_FIELDS: Rules = {
     "instructions": APPLIED, "output_modalities": SPOKEN, "modalities": SPOKEN,
     "conversation": Fixed(lambda v: v == "auto", "'auto': a response joins the conversation (out-of-band "
                                                   "responses are not supported)"),
-    "tools": NO_TOOLS, "tool_choice": TOOL_CHOICE, "max_output_tokens": NO_TOKEN_LIMIT,
-    "max_response_output_tokens": NO_TOKEN_LIMIT,
+    "tools": NO_TOOLS, "tool_choice": TOOL_CHOICE, "max_output_tokens": APPLIED,
+    "max_response_output_tokens": APPLIED,
 }
 
 
-def check_response_options(response: Any, config: SessionConfig) -> None:
-    """Refuse a ``response.create`` whose ``response`` asks for what the session will not do for it.
+def response_token_cap(response: Any, config: SessionConfig) -> int | None:
+    """Check a ``response.create``'s ``response`` and return its token cap for this response alone (None: the
+    session's; 'inf': MAX_OUTPUT_TOKENS, the server's own cap being lower). What the session will not do for it
+    is refused.
 
     The LM's instructions are its session-wide system message, so a response can only repeat the session's;
     other instructions are refused (set them with session.update) rather than dropped.
     """
     if response is None:
-        return
+        return None
     if not isinstance(response, dict):
         raise ClientEventError("response.create's 'response' must be an object", param="response")
     check_fields(response, RESPONSE_FIELDS, "response")
+    cap = _either_spelling([(response, "max_output_tokens", "response.max_output_tokens"),
+                            (response, "max_response_output_tokens", "response.max_response_output_tokens")],
+                           _token_cap)
     instructions = response.get("instructions")
-    if instructions is None:
-        return
-    if not isinstance(instructions, str):
+    if instructions is not None and not isinstance(instructions, str):
         raise ClientEventError("response.instructions must be a string", param="response.instructions")
-    if instructions != config.instructions:
+    if instructions is not None and instructions != config.instructions:
         raise ClientEventError("per-response instructions are not supported: set them for the session with "
                                "session.update (response.instructions may only repeat session.instructions)",
                                code="unsupported_value", param="response.instructions")
+    if cap is _ABSENT:
+        return None
+    return MAX_OUTPUT_TOKENS if cap is None else cap
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -547,8 +552,12 @@ class RealtimeEncoder:
                                          delta=base64.b64encode(self.config.output_format.encode(tail)).decode()))
         self._resampler = None
         self._open_responses.discard(ev.turn_id)
-        status = "cancelled" if ev.cancelled else "failed" if ev.failed else "completed"
+        status = ("cancelled" if ev.cancelled else "failed" if ev.failed else "incomplete" if ev.cut_at_cap
+                  else "completed")
+        response = self._response(ev.turn_id, status, ev.text)
+        if status == "incomplete":
+            response["status_details"] = {"type": "incomplete", "reason": "max_output_tokens"}
         return [*events,
                 self.event("response.output_audio.done", **self._where(ev.turn_id)),
                 self.event("response.output_audio_transcript.done", **self._where(ev.turn_id), transcript=ev.text),
-                self.event("response.done", response=self._response(ev.turn_id, status, ev.text), trace=ev.trace)]
+                self.event("response.done", response=response, trace=ev.trace)]

@@ -26,10 +26,10 @@ from voice.transports.realtime_events import (
     RealtimeEncoder,
     SessionConfig,
     apply_session_update,
-    check_response_options,
     decode_audio_append,
     error_event,
     parse_client_event,
+    response_token_cap,
     user_text,
     vad_settings,
 )
@@ -156,14 +156,14 @@ class RealtimeSession:
             await self._send(self.encoder.event("conversation.item.added", item=item))
             await self._send(self.encoder.event("conversation.item.done", item=item))
         elif kind == "response.create":
-            check_response_options(event.get("response"), self.config)
+            cap = response_token_cap(event.get("response"), self.config)
             if self.encoder.responding:  # as OpenAI's server does; respond() would cut the active one
                 raise ClientEventError("the conversation already has an active response in progress: wait for its "
                                        "response.done (or send response.cancel) before creating another",
                                        code="conversation_already_has_active_response",
                                        event_id=event.get("event_id"))
             text = " ".join(self._pending_text) or None
-            await self.conversation.respond(text)
+            await self.conversation.respond(text, max_tokens=cap)
             self._pending_text.clear()
             self.encoder.ask_response()  # after respond(): one that failed leaves no response to wait for
         elif kind in ("response.cancel", "output_audio_buffer.clear"):
