@@ -37,7 +37,7 @@ def _partials_kernel(
     part_max_ptr, part_sum_ptr, part_score_ptr, part_idx_ptr, part_logit_ptr,
     N, V, chunk, inv_temp,
     HAS_MASK: tl.constexpr, NOISE: tl.constexpr, TEMPERED: tl.constexpr, LANEWISE: tl.constexpr,
-    BLOCK_V: tl.constexpr,
+    LANE_MAX: tl.constexpr, BLOCK_V: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -60,7 +60,10 @@ def _partials_kernel(
     best_logit = tl.full([], float("-inf"), tl.float32)
     best_idx = tl.full([], 0, tl.int32)
     # LANEWISE: each lane keeps its own running sum and best, so a tile costs one reduction (its max) rather
-    # than three; the lanes are merged once, after the loop.
+    # than three; the lanes are merged once, after the loop. LANE_MAX: each lane keeps its own running max too,
+    # so a tile costs no reduction at all, and still one exponential per logit: exp(-|x - max|) is the new
+    # term when x is not above the lane's max, and the factor rescaling the lane's sum when it is.
+    max_lanes = tl.full([BLOCK_V], NEG_BIG, tl.float32)
     sum_lanes = tl.zeros([BLOCK_V], tl.float32)
     best_lanes = tl.full([BLOCK_V], float("-inf"), tl.float32)
     logit_lanes = tl.full([BLOCK_V], float("-inf"), tl.float32)
@@ -70,12 +73,19 @@ def _partials_kernel(
         x = tl.load(row_ptr + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
         if TEMPERED:  # the softmax (and so the confidence) of the tempered logits
             x = x * inv_temp
-        new_max = tl.maximum(run_max, tl.max(x, 0))
-        if LANEWISE:
-            sum_lanes = sum_lanes * tl.exp(run_max - new_max) + tl.exp(x - new_max)
+        if LANE_MAX:
+            above = x - max_lanes
+            factor = tl.exp(-tl.abs(above))
+            rises = above > 0.0
+            sum_lanes = tl.where(rises, sum_lanes * factor + 1.0, sum_lanes + factor)
+            max_lanes = tl.where(rises, x, max_lanes)
         else:
-            run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(x - new_max), 0)
-        run_max = new_max
+            new_max = tl.maximum(run_max, tl.max(x, 0))
+            if LANEWISE:
+                sum_lanes = sum_lanes * tl.exp(run_max - new_max) + tl.exp(x - new_max)
+            else:
+                run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(x - new_max), 0)
+            run_max = new_max
         if NOISE:
             counter = (row.to(tl.int64) * V + offs).to(tl.uint32)
             bits = _mix32(counter ^ seed_mix)
@@ -95,8 +105,12 @@ def _partials_kernel(
             best_idx = tl.where(better, start + tile_arg, best_idx)
             best_logit = tl.where(better, tile_logit, best_logit)
             best_score = tl.where(better, tile_best, best_score)
-    if LANEWISE:
+    if LANE_MAX:
+        run_max = tl.max(max_lanes, 0)
+        run_sum = tl.sum(sum_lanes * tl.exp(max_lanes - run_max), 0)
+    elif LANEWISE:
         run_sum = tl.sum(sum_lanes, 0)
+    if LANEWISE:
         best_score = tl.max(best_lanes, 0)
         # lanes hold distinct vocabulary ids: among the tied best, the lowest id (torch.argmax's rule)
         best_idx = tl.min(tl.where(best_lanes == best_score, idx_lanes, 2147483647), 0)
@@ -185,6 +199,7 @@ def confidence_select(
     strict: bool = False,
     tempered: bool = False,
     lanewise: bool | None = None,
+    lane_max: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch both stages on batched ``[B, N, V]`` logits; commits in place when ``ids`` is given.
 
@@ -194,6 +209,8 @@ def confidence_select(
     ``kernels.reference.commit_ref`` / ``confidence_and_token_ref``. ``lanewise``: the streaming stage's
     per-lane accumulation (one reduction per split instead of three per tile); None chooses it when each
     program streams at least :data:`LANEWISE_MIN_TILES` tiles, where the GPU check's sweep measured it faster.
+    ``lane_max`` (per-lane accumulation only): each lane keeps its own running max as well, so the loop has no
+    reduction at all; a candidate the sweep times, not yet measured on a GPU.
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:
@@ -206,6 +223,8 @@ def confidence_select(
     n_splits = triton.cdiv(V, chunk)
     if lanewise is None:
         lanewise = chunk // block_v >= LANEWISE_MIN_TILES
+    if lane_max and not lanewise:
+        raise ValueError("lane_max keeps per-lane maxima for the per-lane accumulation: it needs lanewise")
     rows = B * N
     f32 = dict(dtype=torch.float32, device=device)
     part_max, part_sum, part_score, part_logit = (torch.empty(rows * n_splits, **f32) for _ in range(4))
@@ -223,7 +242,8 @@ def confidence_select(
         seed_arg,
         part_max, part_sum, part_score, part_idx, part_logit,
         N, V, chunk, 1.0 / temperature if noise else 1.0,
-        HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, LANEWISE=lanewise, BLOCK_V=block_v,
+        HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, LANEWISE=lanewise, LANE_MAX=lane_max,
+        BLOCK_V=block_v,
         num_warps=8 if block_v >= 2048 else 4,
     )  # fmt: skip
     if out is None:

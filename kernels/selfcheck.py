@@ -84,6 +84,7 @@ def check_confidence(
     block_v: int | None = None,
     splits: int | None = None,
     lanewise: bool = False,
+    lane_max: bool = False,
 ) -> None:
     """Triton ``confidence_select`` against ``confidence_and_token_ref`` and ``commit_ref``."""
     from kernels import confidence_triton
@@ -99,7 +100,8 @@ def check_confidence(
     conf_r, tok_r = reference.confidence_and_token_ref(logits, temperature, noise_seed, masked)
     out = (torch.full((batch, n), float("nan"), device=device), garbage.clone())
     conf_k, tok_k, _ = confidence_triton.confidence_select(
-        logits, masked, None, 0.0, temperature, seed_t, out=out, block_v=block_v, splits=splits, lanewise=lanewise
+        logits, masked, None, 0.0, temperature, seed_t, out=out, block_v=block_v, splits=splits, lanewise=lanewise,
+        lane_max=lane_max,
     )
     if conf_k.data_ptr() != out[0].data_ptr() or tok_k.data_ptr() != out[1].data_ptr():
         raise AssertionError("confidence_select did not write into the given out buffers")
@@ -120,7 +122,8 @@ def check_confidence(
     threshold = 2.0 if force_fallback else float(conf_r[masked].median()) if masked.any() else 0.5
     ids_k, masked_k = garbage.clone(), masked.clone()
     _, _, count_k = confidence_triton.confidence_select(
-        logits, masked_k, ids_k, threshold, temperature, seed_t, block_v=block_v, splits=splits, lanewise=lanewise
+        logits, masked_k, ids_k, threshold, temperature, seed_t, block_v=block_v, splits=splits, lanewise=lanewise,
+        lane_max=lane_max,
     )
     ids_w, masked_w = garbage.clone(), masked.clone()
     _, _, count_w = reference.commit_ref(conf_k, tok_k, masked_w, ids_w, threshold)

@@ -139,6 +139,10 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
                                                                          lanewise=True)),
         ("confidence lanewise gumbel", lambda d: sc.check_confidence(7, vocab, f32, d, temperature=0.8, seed=8,
                                                                       lanewise=True)),
+        ("confidence lane-max bf16 16xV", lambda d: sc.check_confidence(16, big_vocab, bf16, d, seed=9, lanewise=True,
+                                                                         lane_max=True)),
+        ("confidence lane-max gumbel", lambda d: sc.check_confidence(7, vocab, f32, d, temperature=0.8, seed=10,
+                                                                      lanewise=True, lane_max=True)),
         ("confidence fallback", lambda d: sc.check_confidence(16, vocab, bf16, d, batch=3, force_fallback=True)),
         ("block attn bf16 + block K/V", lambda d: sc.check_block_attention(16, *heads, head_dim, cap, length, bf16, d)),
         ("block attn fp16 in-cache b8", lambda d: sc.check_block_attention(

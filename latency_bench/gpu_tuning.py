@@ -37,20 +37,22 @@ def _mark_best(rows: list[dict[str, object]]) -> list[dict[str, object]]:
 
 def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...]) -> list[dict[str, object]]:
     """Fused confidence selection: vocabulary tile width x vocabulary splits per row x the streaming stage's
-    reductions per tile (three, the default, or one with per-lane accumulation)."""
+    reductions per tile (three, the default; one with per-lane sums, `lanewise`; none with per-lane maxima too,
+    `lanewise max`)."""
     from kernels.confidence_triton import confidence_select
 
     rows = []
     widths = (512, 1024) if device.type == "cpu" else (1024, 2048, 4096, 8192)
-    variants = list(itertools.product(widths, (1, 4, 16, None), (False, True)))  # swept again for each batch
+    accumulations = ((False, False), (True, False), (True, True))  # (lanewise, lane_max)
+    variants = list(itertools.product(widths, (1, 4, 16, None), accumulations))  # swept again for each batch
     for batch in batches:
         logits = torch.randn(batch, 16, vocab, device=device).to(torch.bfloat16)
         masked = torch.ones(batch, 16, dtype=torch.bool, device=device)
-        for block_v, splits, lanewise in itertools.chain([(None, None, None)], variants):
+        for block_v, splits, (lanewise, lane_max) in itertools.chain([(None, None, (None, False))], variants):
             run = partial(confidence_select, logits, masked, None, 0.0, 0.0, None, block_v=block_v, splits=splits,
-                          lanewise=lanewise)  # fmt: skip
+                          lanewise=lanewise, lane_max=lane_max)  # fmt: skip
             params = "auto" if block_v is None else f"block_v={block_v} splits={splits or 'auto'}"
-            params += " lanewise" * bool(lanewise)
+            params += " lanewise" * bool(lanewise) + " max" * lane_max
             rows.append({"kernel": "confidence", "shape": f"{batch}x16x{vocab}", "params": params,
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return _mark_best(rows)

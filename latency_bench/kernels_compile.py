@@ -115,14 +115,17 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
 
     seed = torch.tensor([1], dtype=torch.int64)
     with _recording(confidence_triton, ["_partials_kernel", "_select_kernel"]) as recs:
-        for dtype, temperature, commit, lanewise in [(torch.bfloat16, 0.0, True, False), (torch.float16, 0.8, True, False),
-                                                     (torch.float32, 0.0, False, False), (torch.bfloat16, 0.0, True, True),
-                                                     (torch.float32, 0.8, False, True)]:  # fmt: skip
+        tiles, lanes, lanes_max = {"lanewise": False}, {"lanewise": True}, {"lanewise": True, "lane_max": True}
+        for dtype, temperature, commit, accumulation in [
+                (torch.bfloat16, 0.0, True, tiles), (torch.float16, 0.8, True, tiles), (torch.float32, 0.0, False, tiles),
+                (torch.bfloat16, 0.0, True, lanes), (torch.float32, 0.8, False, lanes),
+                (torch.bfloat16, 0.0, True, lanes_max), (torch.float32, 0.8, False, lanes_max)]:  # fmt: skip
             logits = torch.zeros(2, 16, 151936, dtype=dtype)
             masked, ids = torch.ones(2, 16, dtype=torch.bool), torch.zeros(2, 16, dtype=torch.int64)
             confidence_triton.confidence_select(logits, masked, ids if commit else None, 0.9, temperature, seed,
-                                                block_v=2048, splits=25, lanewise=lanewise)  # fmt: skip
-            collect(f"confidence {dtype} T={temperature} commit={commit} lanewise={lanewise}", recs)
+                                                block_v=2048, splits=25, **accumulation)  # fmt: skip
+            name = "lanes-max" if accumulation.get("lane_max") else "lanes" if accumulation["lanewise"] else "tiles"
+            collect(f"confidence {dtype} T={temperature} commit={commit} accumulate={name}", recs)
     with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
         for dtype, head_dim, with_block in [(torch.bfloat16, 128, False), (torch.float16, 128, True),
                                             (torch.float32, 64, True), (torch.float32, 128, False)]:  # fmt: skip

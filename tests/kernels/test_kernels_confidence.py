@@ -9,28 +9,30 @@ from kernels.selfcheck import check_confidence
 pytest.importorskip("triton")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-# the default streaming stage, and its per-lane variant (a candidate the GPU check's sweep times)
-LANEWISE = pytest.mark.parametrize("lanewise", [False, True], ids=["tiles", "lanes"])
+# the default streaming stage, and its per-lane variants (candidates the GPU check's sweep times)
+ACCUMULATION = pytest.mark.parametrize("accumulation", [{"lanewise": False}, {"lanewise": True},
+                                                        {"lanewise": True, "lane_max": True}],
+                                       ids=["tiles", "lanes", "lanes-max"])
 
 
-@LANEWISE
+@ACCUMULATION
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     ("n", "vocab", "block_v", "splits"),
     [(1, 300, 128, 1), (7, 1000, 256, 3), (16, 2000, 512, 2), (5, 1031, 128, 4)],
 )
-def test_greedy_matches_reference(dtype, n, vocab, block_v, splits, lanewise):
-    check_confidence(n, vocab, dtype, block_v=block_v, splits=splits, seed=n * vocab, lanewise=lanewise)
+def test_greedy_matches_reference(dtype, n, vocab, block_v, splits, accumulation):
+    check_confidence(n, vocab, dtype, block_v=block_v, splits=splits, seed=n * vocab, **accumulation)
 
 
-@LANEWISE
+@ACCUMULATION
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_ties_go_to_lowest_index(dtype, lanewise):
-    check_confidence(7, 1000, dtype, ties=True, block_v=128, splits=3, masked_fraction=1.0, seed=3, lanewise=lanewise)
+def test_ties_go_to_lowest_index(dtype, accumulation):
+    check_confidence(7, 1000, dtype, ties=True, block_v=128, splits=3, masked_fraction=1.0, seed=3, **accumulation)
 
 
-@LANEWISE
-def test_ties_within_one_lane_go_to_the_earlier_tile(lanewise):
+@ACCUMULATION
+def test_ties_within_one_lane_go_to_the_earlier_tile(accumulation):
     """Two maxima 128 apart share a lane when tiles are 128 wide: the earlier one must still win."""
     from kernels import confidence_triton
 
@@ -38,27 +40,46 @@ def test_ties_within_one_lane_go_to_the_earlier_tile(lanewise):
     logits[0, :, 130] = logits[0, :, 258] = 50.0
     masked = torch.ones(1, 3, dtype=torch.bool)
     _, token, _ = confidence_triton.confidence_select(logits, masked, None, 0.0, 0.0, None, block_v=128, splits=1,
-                                                      lanewise=lanewise)  # fmt: skip
+                                                      **accumulation)  # fmt: skip
     assert token.tolist() == [[130, 130, 130]]
 
 
-@LANEWISE
+@ACCUMULATION
 @pytest.mark.parametrize("temperature", [0.5, 1.3])
-def test_gumbel_sample_matches_reference(temperature, lanewise):
-    check_confidence(7, 1000, torch.float32, temperature=temperature, block_v=256, splits=2, seed=11, lanewise=lanewise)
+def test_gumbel_sample_matches_reference(temperature, accumulation):
+    check_confidence(7, 1000, torch.float32, temperature=temperature, block_v=256, splits=2, seed=11, **accumulation)
 
 
-@LANEWISE
+@ACCUMULATION
 @pytest.mark.parametrize("masked_fraction", [0.0, 1.0])
-def test_all_or_no_positions_masked(masked_fraction, lanewise):
+def test_all_or_no_positions_masked(masked_fraction, accumulation):
     check_confidence(16, 700, torch.float16, masked_fraction=masked_fraction, block_v=256, splits=2, seed=5,
-                     lanewise=lanewise)  # fmt: skip
+                     **accumulation)  # fmt: skip
 
 
-@LANEWISE
-def test_fallback_commits_most_confident_per_block(lanewise):
+@ACCUMULATION
+def test_fallback_commits_most_confident_per_block(accumulation):
     check_confidence(7, 500, torch.float32, batch=3, force_fallback=True, block_v=128, splits=2, seed=7,
-                     lanewise=lanewise)  # fmt: skip
+                     **accumulation)  # fmt: skip
+
+
+@ACCUMULATION
+def test_maxima_that_rise_tile_after_tile_rescale_the_sums(accumulation):
+    """Ascending logits raise every lane's max at every tile (the rescaling path each time), over a range wide
+    enough that an unrescaled sum would overflow; a row of -inf but one logit, and -inf lanes beside it."""
+    from kernels import confidence_triton
+
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.linspace(-80.0, 80.0, 1000).repeat(3, 1) + torch.rand(3, 1000, generator=gen)
+    logits[1] = float("-inf")
+    logits[1, 777] = 3.0
+    logits[2, 500:] = float("-inf")
+    masked = torch.ones(1, 3, dtype=torch.bool)
+    conf, token, _ = confidence_triton.confidence_select(logits[None], masked, None, 0.0, 0.0, None, block_v=128,
+                                                         splits=2, **accumulation)  # fmt: skip
+    conf_r, token_r = reference.confidence_and_token_ref(logits[None], masked=masked)
+    assert torch.equal(token, token_r) and token[0, 1] == 777
+    torch.testing.assert_close(conf, conf_r, rtol=1e-5, atol=1e-6)
 
 
 def test_batched_blocks():
