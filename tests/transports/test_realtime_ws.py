@@ -112,9 +112,9 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
             ("{not json", "invalid_json"),
             (json.dumps([1, 2]), "invalid_event"),
             (json.dumps({"type": "no.such.event", "event_id": "c1"}), "unknown_event"),
-            (json.dumps({"type": "input_audio_buffer.append", "audio": "***"}), "invalid_audio"),
-            (json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"abc").decode()}),
-             "invalid_audio"),  # PCM16 needs an even number of bytes
+            (json.dumps({"type": "input_audio_buffer.append", "audio": "***", "event_id": "a1"}), "invalid_audio"),
+            (json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"abc").decode(),
+                         "event_id": "a2"}), "invalid_audio"),  # PCM16 needs an even number of bytes
             (json.dumps({"type": "session.update", "session": {"audio": {"input": {
                 "format": {"type": "audio/pcma"}}}}}), "invalid_audio_format"),
             (json.dumps({"type": "session.update", "session": {"input_audio_format": "g711_alaw"}}),
@@ -139,6 +139,7 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
             assert error["error"]["code"] == code, (message[:60], error)
             assert error["error"]["type"] == "invalid_request_error", error
         assert seen[2]["error"]["event_id"] is None and seen[3]["error"]["event_id"] == "c1"
+        assert [seen[4]["error"]["event_id"], seen[5]["error"]["event_id"]] == ["a1", "a2"]  # a2's had been None
 
         await ws.send_json({"type": "session.update", "session": {"input_audio_format": "g711_ulaw"}})
         updated = await next_event(ws, "session.updated", seen)

@@ -367,13 +367,11 @@ def decode_audio_append(event: dict[str, Any], fmt: AudioFormat) -> np.ndarray:
     """The PCM of an ``input_audio_buffer.append`` (base64 ``audio`` in the session's input format)."""
     audio = event.get("audio")
     if not isinstance(audio, str):
-        raise ClientEventError("input_audio_buffer.append needs base64 'audio'", param="audio",
-                               event_id=event.get("event_id"))
+        raise ClientEventError("input_audio_buffer.append needs base64 'audio'", param="audio")
     try:
         raw = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError):
-        raise ClientEventError("'audio' is not valid base64", code="invalid_audio", param="audio",
-                               event_id=event.get("event_id")) from None
+        raise ClientEventError("'audio' is not valid base64", code="invalid_audio", param="audio") from None
     return fmt.decode(raw)
 
 
@@ -381,16 +379,13 @@ def user_text(event: dict[str, Any]) -> str:
     """The text of a ``conversation.item.create`` user message (``input_text`` parts joined)."""
     item = event.get("item")
     if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") != "user":
-        raise ClientEventError("only user message items can be created", param="item",
-                               event_id=event.get("event_id"))
+        raise ClientEventError("only user message items can be created", param="item")
     parts = item.get("content")
     if not isinstance(parts, list):
-        raise ClientEventError("item.content must be a list", param="item.content",
-                               event_id=event.get("event_id"))
+        raise ClientEventError("item.content must be a list", param="item.content")
     texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") in ("input_text", "text")]
     if not texts or not all(isinstance(t, str) for t in texts):
-        raise ClientEventError("a user message needs at least one input_text part", param="item.content",
-                               event_id=event.get("event_id"))
+        raise ClientEventError("a user message needs at least one input_text part", param="item.content")
     return " ".join(texts)
 
 

@@ -94,8 +94,6 @@ class RealtimeSession:
             await self._dispatch(event)
         except ClientEventError as err:
             await self._send(self.encoder.error(err))
-        except AudioFormatError as err:
-            await self._send(self.encoder.error(ClientEventError(str(err), code="invalid_audio")))
         except Exception:  # the pipeline failed on this event: report it, keep the session
             log.exception("%s: client event failed", self.session.id)
             await self._send(error_event(self.encoder.event_id(), "internal error handling the event",
@@ -125,12 +123,14 @@ class RealtimeSession:
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
         """Act on a parsed event; a refusal names the client's event_id, so the client knows which one failed."""
+        client_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         try:
             await self._act(event)
         except ClientEventError as err:
-            if err.event_id is None and isinstance(event.get("event_id"), str):
-                err.event_id = event["event_id"]
+            err.event_id = err.event_id or client_id
             raise
+        except AudioFormatError as err:  # audio that is no PCM of the session's format
+            raise ClientEventError(str(err), code="invalid_audio", event_id=client_id) from None
 
     async def _act(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -149,7 +149,7 @@ class RealtimeSession:
             text = user_text(event)
             if sum(map(len, self._pending_text)) + len(text) > MAX_TEXT_CHARS:
                 raise ClientEventError(f"the user text waiting for response.create would be over {MAX_TEXT_CHARS} "
-                                       "characters", param="item.content", event_id=event.get("event_id"))
+                                       "characters", param="item.content")
             self._pending_text.append(text)
             item = {"id": f"item_text_{next(self._text_items)}", "type": "message", "role": "user",
                     "status": "completed", "content": [{"type": "input_text", "text": text}]}
@@ -160,8 +160,7 @@ class RealtimeSession:
             if self.encoder.responding:  # as OpenAI's server does; respond() would cut the active one
                 raise ClientEventError("the conversation already has an active response in progress: wait for its "
                                        "response.done (or send response.cancel) before creating another",
-                                       code="conversation_already_has_active_response",
-                                       event_id=event.get("event_id"))
+                                       code="conversation_already_has_active_response")
             text = " ".join(self._pending_text) or None
             await self.conversation.respond(text, max_tokens=cap)
             self._pending_text.clear()
@@ -175,19 +174,18 @@ class RealtimeSession:
         """The client says how much of a reply it played: the pipeline keeps only that in its history (at once
         for a finished reply, when it is cut for one in progress), and later audio sent for it no longer counts
         as played."""
-        item_id, end_ms, event_id = event.get("item_id"), event.get("audio_end_ms"), event.get("event_id")
+        item_id, end_ms = event.get("item_id"), event.get("audio_end_ms")
         turn = self.encoder.turn_of_output_item(str(item_id))
         if turn is None:
             raise ClientEventError(f"item_id {item_id!r} is no assistant item of this session (only those can be "
-                                   "truncated)", param="item_id", event_id=event_id)
+                                   "truncated)", param="item_id")
         if not isinstance(end_ms, int) or isinstance(end_ms, bool) or end_ms < 0:
-            raise ClientEventError("audio_end_ms must be a non-negative integer", param="audio_end_ms",
-                                   event_id=event_id)
+            raise ClientEventError("audio_end_ms must be a non-negative integer", param="audio_end_ms")
         rate = self.conversation.output_rate
         samples, sent = end_ms * rate // 1000, self._sent_samples.get(turn)
         if sent is not None and samples > sent:
             raise ClientEventError(f"audio_end_ms {end_ms} is past the {sent * 1000 // rate} ms of audio sent",
-                                   param="audio_end_ms", event_id=event_id)
+                                   param="audio_end_ms")
         self._truncated.add(turn)
         self.conversation.played(turn, samples, truncated=True)
         await self._send(self.encoder.event("conversation.item.truncated", item_id=item_id, content_index=0,
