@@ -85,7 +85,9 @@ class ResponseDone:
     cancelled: bool
     trace: dict[str, Any] = field(default_factory=dict)
     failed: bool = False
-    cut_at_cap: bool = False  # the reply stopped at its token cap (Realtime status "incomplete")
+    reason: str | None = None
+    """Why it did not complete, in the Realtime API's words: cancelled for "turn_detected" (the caller spoke) or
+    "client_cancelled"; cut short at its token cap, "max_output_tokens"."""
 
 
 @dataclass(frozen=True)

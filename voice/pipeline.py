@@ -161,12 +161,12 @@ class VoicePipeline:
         trace.mark("asr_final")
         if text is not None:
             trace.transcript = text
-        self._cut_reply()
+        self._cut_reply("client_cancelled")
         cap = None if max_tokens is None else min(max_tokens, self.config.lm.max_new_tokens)
         self._start_reply(turn_id, trace, text, max_tokens=cap)
 
     async def cancel_response(self) -> None:
-        self._cut_reply()
+        self._cut_reply("client_cancelled")
 
     async def close(self) -> None:
         if self._closed:
@@ -312,7 +312,7 @@ class VoicePipeline:
             return
         turn.stamps_before_reply = set(turn.trace.stamps)
         turn.trace.mark("asr_final")
-        self._cut_reply()
+        self._cut_reply("turn_detected")
         turn.speculative_reply = self._start_reply(turn.id, turn.trace, text, held=True)
 
     def _on_speech_resumed(self, turn: Turn) -> None:
@@ -364,7 +364,7 @@ class VoicePipeline:
             turn.trace.mark("first_partial")
             self._emit(TranscriptDelta(turn.id, partial.confirmed, partial.tentative))
             if turn.interrupts is not None and turn.interrupts.paused and partial.text:
-                self._drop(turn.interrupts)  # the interruption is words, not noise
+                self._drop(turn.interrupts, "turn_detected")  # the interruption is words, not noise
             if self.config.turn.prefill_during_speech and partial.newly_confirmed:
                 history_ready = self._reply is None or self._reply.finished
                 try:
@@ -392,7 +392,7 @@ class VoicePipeline:
             if turn.speculative_reply is not None:
                 self._release(turn.speculative_reply, turn.counters)
                 return
-            self._cut_reply()
+            self._cut_reply("turn_detected")
             if self._turn is not None:  # the caller already goes on talking: answer both together
                 self._unanswered = self._user_text(text)
                 return
@@ -462,7 +462,8 @@ class VoicePipeline:
                     reply.trace.mark("first_clause")
                     reply.clauses.put_nowait(clause)
             reply.trace.mark("lm_done")
-            reply.cut_at_cap = self._lm.stopped_at_cap
+            if self._lm.stopped_at_cap:
+                reply.end_reason = "max_output_tokens"
             for clause in chunker.flush() if streaming else [" ".join("".join(reply.text).split())]:
                 reply.clauses.put_nowait(clause)
         except asyncio.CancelledError:
@@ -537,11 +538,12 @@ class VoicePipeline:
         self._audio_gen += 1
         reply.tts_task = asyncio.get_running_loop().create_task(self._speak(reply, self._audio_gen))
 
-    def _drop(self, reply: Reply) -> None:
-        """End a paused reply for good; the history keeps only the words that were played."""
+    def _drop(self, reply: Reply, reason: str) -> None:
+        """End a paused reply for good (``reason``: ResponseDone's); the history keeps only the words played."""
         if reply.dropped:
             return
         reply.dropped = True
+        reply.end_reason = reason
         if reply.lm_task is not None:
             reply.lm_task.cancel()
         heard = reply.log.heard(reply.paused_at_sample)
@@ -550,9 +552,10 @@ class VoicePipeline:
         else:
             self._finish(reply, heard, cancelled=True)
 
-    def _cut_reply(self) -> None:
-        """Stop the latest reply if it is still being produced, audible or paused (barge-in, cancel, new reply).
-        One still held back in a turn's hangover is discarded instead: nothing of it went out to cancel."""
+    def _cut_reply(self, reason: str) -> None:
+        """Stop the latest reply if it is still being produced, audible or paused (barge-in, cancel, new reply;
+        ``reason``: ResponseDone's). One still held back in a turn's hangover is discarded instead: nothing of it
+        went out to cancel."""
         reply = self._reply
         if reply is None or reply.dropped or not (reply.producing or reply.paused or reply.audible()):
             return
@@ -561,7 +564,7 @@ class VoicePipeline:
             return
         if not reply.paused:
             self._pause(reply)
-        self._drop(reply)
+        self._drop(reply, reason)
 
     def _finish(self, reply: Reply, text: str, cancelled: bool) -> None:
         """The reply's ResponseDone carries all it said; the history keeps only what the caller heard of it when
@@ -575,7 +578,7 @@ class VoicePipeline:
         self.resources.metrics.observe(record)
         if self._on_trace is not None:
             self._on_trace(record)
-        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed, cut_at_cap=reply.cut_at_cap))
+        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed, reason=reply.end_reason))
 
     # ----- plumbing --------------------------------------------------------------------------
 

@@ -34,8 +34,8 @@ class Reply:
     """The LM failed on it; its response ends as failed, not completed."""
     max_tokens: int | None = None
     """This reply's token cap (Realtime ``response.create`` ``max_output_tokens``); None: the session's."""
-    cut_at_cap: bool = False
-    """The LM stopped at the token cap rather than where it ended the reply: its response is incomplete."""
+    end_reason: str | None = None
+    """Why it ended early (:attr:`voice.events.ResponseDone.reason`); None: it ended where the LM ended it."""
     paused: bool = False
     """A barge-in stopped the audio; the reply is dropped once the interruption proves to be speech."""
     paused_at_sample: int = 0

@@ -55,9 +55,11 @@ def test_a_response_opens_once_streams_audio_and_closes_with_its_trace() -> None
     assert kinds[-1] == "response.done" and kinds.count("response.created") == 1
     assert out[-1]["response"]["status"] == "completed" and out[-1]["trace"] == {"voice_to_voice_ms": 321.0}
     assert len({e["event_id"] for e in out}) == len(out)
-    cut = enc.encode(ResponseDone(4, "Par", False, cut_at_cap=True))[-1]["response"]
+    cut = enc.encode(ResponseDone(4, "Par", False, reason="max_output_tokens"))[-1]["response"]
     assert (cut["status"], cut["output"][0]["status"]) == ("incomplete", "incomplete")
     assert cut["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+    stopped = enc.encode(ResponseDone(5, "", True, reason="turn_detected"))[-1]["response"]
+    assert stopped["status_details"] == {"type": "cancelled", "reason": "turn_detected"}
     assert "status_details" not in out[-1]["response"]
     # Over WebRTC the server owns playback: audio stays off the events, a barge-in is reported.
     rtc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=False, t0=0.0)

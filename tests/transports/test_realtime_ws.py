@@ -313,7 +313,8 @@ async def test_response_create_while_one_is_active_is_refused(serve, new_pipelin
 
         await ws.send_json({"type": "response.create"})
         await ws.send_json({"type": "response.cancel"})
-        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "cancelled"
+        cancelled = (await next_event(ws, "response.done", seen))["response"]
+        assert cancelled["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}, cancelled
         await ws.send_json({"type": "response.create"})
         assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
     assert [e["error"]["event_id"] for e in seen if e["type"] == "error"] == ["second"]

@@ -547,11 +547,11 @@ class RealtimeEncoder:
                                          delta=base64.b64encode(self.config.output_format.encode(tail)).decode()))
         self._resampler = None
         self._open_responses.discard(ev.turn_id)
-        status = ("cancelled" if ev.cancelled else "failed" if ev.failed else "incomplete" if ev.cut_at_cap
+        status = ("cancelled" if ev.cancelled else "failed" if ev.failed else "incomplete" if ev.reason
                   else "completed")
         response = self._response(ev.turn_id, status, ev.text)
-        if status == "incomplete":
-            response["status_details"] = {"type": "incomplete", "reason": "max_output_tokens"}
+        if ev.reason and status != "failed":
+            response["status_details"] = {"type": status, "reason": ev.reason}
         return [*events,
                 self.event("response.output_audio.done", **self._where(ev.turn_id)),
                 self.event("response.output_audio_transcript.done", **self._where(ev.turn_id), transcript=ev.text),
