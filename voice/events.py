@@ -103,6 +103,18 @@ PipelineEvent = (
 )
 
 
+@dataclass(frozen=True)
+class ResponseOptions:
+    """What one response may ask for itself alone (Realtime ``response.create``'s ``response``)."""
+
+    max_tokens: int | None = None  # a cap on its tokens, never above the configured one; None: the session's
+    instructions: str | None = None  # its system message; None: the session's; empty: the configured default
+
+
+SESSION_DEFAULTS = ResponseOptions()
+"""A response that asks nothing for itself."""
+
+
 class Conversation(Protocol):
     """One caller's live conversation, as transports drive it."""
 
@@ -138,9 +150,10 @@ class Conversation(Protocol):
     async def clear_input(self) -> None:
         """Drop buffered caller audio that has not become a turn yet."""
 
-    async def respond(self, text: str | None = None, max_tokens: int | None = None) -> None:
-        """Start an assistant response (to ``text`` as a user message, or to the history as it is); ``max_tokens``
-        caps this response alone, never above the configured cap (None: the session's cap)."""
+    async def respond(self, text: str | None = None, options: ResponseOptions = SESSION_DEFAULTS) -> None:
+        """Start an assistant response (to ``text`` as a user message, or to the history as it is), with
+        ``options`` for it alone. Raises ``ValueError``, starting nothing, for instructions that leave the model's
+        context no room for a reply."""
 
     async def cancel_response(self) -> None:
         """Stop the current response: LM and TTS are cancelled and AudioCleared is emitted."""

@@ -29,6 +29,7 @@ from dlm.tools.calls import ToolCall, ToolCallSplitter, changes_state, run_tool_
 from dlm.tools.grounding import results_text, settle_call
 from dlm.tools.registry import ASKING_WORDS
 from voice.config import LmConfig
+from voice.events import SESSION_DEFAULTS, ResponseOptions
 
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
 """Placed at the end of a partial user message so the rendered prompt can be cut right after its words."""
@@ -42,6 +43,7 @@ class LmStage:
         self.config = config
         self.session = engine.new_session()
         self.history: list[dict[str, Any]] = []
+        self._instructions = ""  # the session's system message (a reply may have its own)
         self.instruct(config.system_prompt)
         self.tools = ToolSession()
         self._lock = asyncio.Lock()  # one engine call on the session at a time
@@ -53,14 +55,22 @@ class LmStage:
 
     def instruct(self, instructions: str) -> None:
         """The system message from now on (none when empty); the session cache keeps what still matches.
-        Raises ``ValueError``, changing nothing, for instructions that leave no room for a reply: the history is
-        trimmed to fit the context, but the system message is kept, so every reply after them would fail."""
+        Raises ``ValueError``, changing nothing, for instructions that leave no room for a reply."""
+        self.check_instructions(instructions)
+        self._instructions = instructions
+        self._set_system_message(instructions)
+
+    def check_instructions(self, instructions: str) -> None:
+        """Raise ``ValueError`` for instructions that leave no room for a reply: the history is trimmed to fit
+        the context, but the system message is kept, so every reply under them would fail."""
         if instructions:
             alone = self._prompt_len([{"role": "system", "content": instructions}, {"role": "user", "content": ""}])
             room = self.engine.context_room() - self.config.max_new_tokens
             if alone > room:
                 raise ValueError(f"the instructions take {alone} tokens with a question, and the model's context "
                                  f"leaves {room} before a reply")
+
+    def _set_system_message(self, instructions: str) -> None:
         if self.history and self.history[0]["role"] == "system":
             del self.history[0]
         if instructions:
@@ -110,7 +120,7 @@ class LmStage:
 
     async def reply(
         self, user_text: str | None, before_tool: Callable[[], Awaitable[Any]] | None = None,
-        max_tokens: int | None = None,
+        options: ResponseOptions = SESSION_DEFAULTS,
     ) -> AsyncIterator[str | ToolCall]:
         """Stream the answer to ``user_text`` (None: to the history as it is): speakable text and tool calls.
 
@@ -118,46 +128,57 @@ class LmStage:
         assistant's spoken message is added by :meth:`record_reply` with what was actually said.
         ``before_tool`` is awaited before a tool that changes state runs (a speculative reply must not set
         timers); one that only reads runs at once, so a reply held during the hangover is ready when it ends.
-        ``max_tokens`` caps each decoding round of this reply instead of the config's cap; afterwards
-        :attr:`stopped_at_cap` says whether the reply ran into it.
+        ``options`` hold for this reply alone: its token cap (each decoding round's, instead of the config's;
+        afterwards :attr:`stopped_at_cap` says whether the reply ran into it) and its instructions, the system
+        message while it is decoded (checked with :meth:`check_instructions` beforehand).
         """
-        cap = self.config.max_new_tokens if max_tokens is None else max_tokens
+        cap = self.config.max_new_tokens if options.max_tokens is None else options.max_tokens
         self.stopped_at_cap = False
         if user_text is not None:
             self.history.append({"role": "user", "content": user_text})
-        spoke, fallback = False, self.config.fallback_reply
         async with self._lock:
             self._prefilled = None
-            for round_no in range(self.config.max_tool_rounds + 1):
-                self._fit_history(cap)
-                splitter = ToolCallSplitter()
-                call_body: str | None = None
-                # closed on leaving, so the engine is done with the session before the next round starts
-                bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias, ASKING_WORDS)
-                async with contextlib.aclosing(self.engine.stream(self.history, session=self.session, bias=bias,
-                                                                  **self._stream_options(cap))) as stream:
-                    async for piece in stream:
-                        text, call_body = splitter.push(piece)
-                        if text.strip():
-                            spoke = True
-                        if text:
-                            yield text
-                        if call_body is not None:
-                            break
-                if call_body is None or round_no == self.config.max_tool_rounds:
-                    result = self.session.last_result
-                    self.stopped_at_cap = call_body is None and result is not None and result.finish_reason == "length"
-                    tail = splitter.flush()
-                    if tail.strip() or not spoke:
-                        yield tail if tail.strip() else fallback  # never leave the caller in silence
-                    return
-                call_body = await self._grounded(call_body, cap)
-                if before_tool is not None and changes_state(call_body):
-                    await before_tool()
-                call = run_tool_call(self.tools, call_body)
-                fallback = spoken_result(call.result) or fallback
-                self.history += call.history_messages()
-                yield call
+            self._set_system_message(self._instructions if options.instructions is None else options.instructions)
+            try:
+                async for out in self._rounds(cap, before_tool):
+                    yield out
+            finally:  # the session's instructions again, whatever became of the reply
+                self._set_system_message(self._instructions)
+
+    async def _rounds(self, cap: int, before_tool: Callable[[], Awaitable[Any]] | None) -> AsyncIterator[str | ToolCall]:
+        """The reply's decoding rounds: text, then a tool call and its result, then text again, at most
+        ``max_tool_rounds`` calls; a reply that said nothing says the fallback (or the last result)."""
+        spoke, fallback = False, self.config.fallback_reply
+        for round_no in range(self.config.max_tool_rounds + 1):
+            self._fit_history(cap)
+            splitter = ToolCallSplitter()
+            call_body: str | None = None
+            # closed on leaving, so the engine is done with the session before the next round starts
+            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias, ASKING_WORDS)
+            async with contextlib.aclosing(self.engine.stream(self.history, session=self.session, bias=bias,
+                                                              **self._stream_options(cap))) as stream:
+                async for piece in stream:
+                    text, call_body = splitter.push(piece)
+                    if text.strip():
+                        spoke = True
+                    if text:
+                        yield text
+                    if call_body is not None:
+                        break
+            if call_body is None or round_no == self.config.max_tool_rounds:
+                result = self.session.last_result
+                self.stopped_at_cap = call_body is None and result is not None and result.finish_reason == "length"
+                tail = splitter.flush()
+                if tail.strip() or not spoke:
+                    yield tail if tail.strip() else fallback  # never leave the caller in silence
+                return
+            call_body = await self._grounded(call_body, cap)
+            if before_tool is not None and changes_state(call_body):
+                await before_tool()
+            call = run_tool_call(self.tools, call_body)
+            fallback = spoken_result(call.result) or fallback
+            self.history += call.history_messages()
+            yield call
 
     def _call_tags(self) -> tuple[int, int] | None:
         """The ids of the call tags when calls can be decoded under a schema (block-causal model, tags that

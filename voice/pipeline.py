@@ -33,12 +33,14 @@ from voice.audio import PcmFrame, Resampler, as_pcm16, check_rate
 from voice.chunker import ClauseChunker
 from voice.config import PipelineConfig
 from voice.events import (
+    SESSION_DEFAULTS,
     AudioCleared,
     AudioOut,
     PipelineError,
     PipelineEvent,
     ReplyTextDelta,
     ResponseDone,
+    ResponseOptions,
     SpeechStarted,
     SpeechStopped,
     ToolCallEvent,
@@ -154,7 +156,12 @@ class VoicePipeline:
 
         await self._input.put(clear)
 
-    async def respond(self, text: str | None = None, max_tokens: int | None = None) -> None:
+    async def respond(self, text: str | None = None, options: ResponseOptions = SESSION_DEFAULTS) -> None:
+        if options.instructions is not None:
+            options = dataclasses.replace(options, instructions=options.instructions or self.config.lm.system_prompt)
+            self._lm.check_instructions(options.instructions)
+        if options.max_tokens is not None:
+            options = dataclasses.replace(options, max_tokens=min(options.max_tokens, self.config.lm.max_new_tokens))
         turn_id = self._new_turn_id()
         trace = TurnTrace(turn_id)
         trace.mark("speech_end")
@@ -162,8 +169,7 @@ class VoicePipeline:
         if text is not None:
             trace.transcript = text
         self._cut_reply("client_cancelled")
-        cap = None if max_tokens is None else min(max_tokens, self.config.lm.max_new_tokens)
-        self._start_reply(turn_id, trace, text, max_tokens=cap)
+        self._start_reply(turn_id, trace, text, options=options)
 
     async def cancel_response(self) -> None:
         self._cut_reply("client_cancelled")
@@ -416,12 +422,12 @@ class VoicePipeline:
     # ----- replies: LM -> clauses -> TTS -> audio ------------------------------------------------
 
     def _start_reply(self, turn_id: int, trace: TurnTrace, user_text: str | None, held: bool = False,
-                     max_tokens: int | None = None) -> Reply:
+                     options: ResponseOptions = SESSION_DEFAULTS) -> Reply:
         """Answer; a ``held`` reply keeps its output back until :meth:`_release` (speculative start)."""
         self._unanswered = None
         self._audio_gen += 1
         reply = Reply(turn_id, trace, self.output_rate, history_mark=len(self._lm.history), held=held,
-                      max_tokens=max_tokens)
+                      options=options)
         if not held:
             reply.confirmed.set()
         self._reply = reply
@@ -449,7 +455,7 @@ class VoicePipeline:
         chunker = ClauseChunker(self.config.chunker)
         tools = 0
         try:
-            async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait, max_tokens=reply.max_tokens):
+            async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait, options=reply.options):
                 if isinstance(out, ToolCall):
                     tools += 1
                     reply.trace.mark(f"tool_call_{tools}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voice.asr import StreamingTranscriber
+from voice.events import SESSION_DEFAULTS, ResponseOptions
 from voice.trace import TurnTrace
 from voice.tts_stage import SpokenLog
 
@@ -32,8 +33,8 @@ class Reply:
     lm_done: bool = False
     failed: bool = False
     """The LM failed on it; its response ends as failed, not completed."""
-    max_tokens: int | None = None
-    """This reply's token cap (Realtime ``response.create`` ``max_output_tokens``); None: the session's."""
+    options: ResponseOptions = SESSION_DEFAULTS
+    """What it asked for itself alone: a token cap, instructions (Realtime ``response.create``)."""
     end_reason: str | None = None
     """Why it ended early (:attr:`voice.events.ResponseDone.reason`); None: it ended where the LM ended it."""
     paused: bool = False

@@ -7,7 +7,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from voice.events import AudioCleared, AudioOut, ReplyTextDelta, ResponseDone, SpeechStarted, TranscriptDelta
+from voice.events import (
+    AudioCleared,
+    AudioOut,
+    ReplyTextDelta,
+    ResponseDone,
+    ResponseOptions,
+    SpeechStarted,
+    TranscriptDelta,
+)
 from voice.transports.realtime_events import (
     MAX_OUTPUT_TOKENS,
     PCMU_8K,
@@ -15,7 +23,7 @@ from voice.transports.realtime_events import (
     RealtimeEncoder,
     SessionConfig,
     apply_session_update,
-    response_token_cap,
+    response_options,
 )
 
 
@@ -140,16 +148,17 @@ def test_session_update_refuses_what_it_would_acknowledge_and_ignore() -> None:
 
 
 def test_response_options_are_checked_not_ignored() -> None:
-    """response.create's 'response' had been ignored whole; what the session cannot do for it is refused."""
-    config = SessionConfig(id="s", instructions="be brief")
-    for fine, cap in ((None, None), ({}, None), ({"max_output_tokens": 7}, 7), ({"max_response_output_tokens": 7}, 7),
-                      ({"output_modalities": ["audio"], "conversation": "auto", "instructions": "be brief",
-                        "max_output_tokens": "inf", "tool_choice": "none"}, MAX_OUTPUT_TOKENS)):
-        assert response_token_cap(fine, config) == cap, fine
+    """response.create's 'response' had been ignored whole; what the session cannot do for it is refused, and
+    its own token cap and instructions are read (instructions other than the session's had been refused)."""
+    for fine, options in ((None, ResponseOptions()), ({}, ResponseOptions()), ({"max_output_tokens": 7}, ResponseOptions(7)),
+                          ({"max_response_output_tokens": 7, "instructions": None}, ResponseOptions(7)),
+                          ({"instructions": "be verbose"}, ResponseOptions(instructions="be verbose")),
+                          ({"output_modalities": ["audio"], "conversation": "auto", "instructions": "",
+                            "max_output_tokens": "inf", "tool_choice": "none"}, ResponseOptions(MAX_OUTPUT_TOKENS, ""))):
+        assert response_options(fine) == options, fine
     refusals = [
         ("nope", "invalid_request", "response"),
         ({"instructions": 5}, "invalid_request", "response.instructions"),
-        ({"instructions": "be verbose"}, "unsupported_value", "response.instructions"),
         ({"modalities": ["text"], "instructions": 5}, "unsupported_value", "response.modalities"),
         ({"output_modalities": ["text"]}, "unsupported_value", "response.output_modalities"),
         ({"conversation": "none"}, "unsupported_value", "response.conversation"),
@@ -160,5 +169,5 @@ def test_response_options_are_checked_not_ignored() -> None:
     ]
     for response, code, param in refusals:
         with pytest.raises(ClientEventError) as refused:
-            response_token_cap(response, config)
+            response_options(response)
         assert (refused.value.code, refused.value.param) == (code, param), response

@@ -16,6 +16,7 @@ from live_server import drained, registry, url
 
 from tests.conftest import demo_answers_correctly
 from voice.audio import resample
+from voice.lm_stage import LmStage
 from voice.pipeline import VoicePipeline
 
 TIMEOUT = 60
@@ -337,6 +338,39 @@ async def test_session_instructions_reach_the_pipeline(serve, resources) -> None
         await ws.send_json({"type": "session.update", "session": {"instructions": "answer in one word."}})
         assert (await next_event(ws, "session.updated", seen))["session"]["instructions"] == "answer in one word."
     assert told == ["answer in one word."]
+    assert await drained(server)
+
+
+async def test_a_responses_own_instructions_hold_for_it_alone(serve, new_pipeline, monkeypatch) -> None:
+    """response.create's instructions had been refused unless they repeated the session's; they are now the
+    system message the LM decodes that response under, and the session's come back for the next one. Ones the
+    model's context cannot hold with a reply are refused before anything starts."""
+    systems: list[str] = []
+    rounds = LmStage._rounds
+
+    def recording(stage: LmStage, *args: Any) -> AsyncIterator[Any]:
+        systems.append(stage.history[0]["content"])
+        return rounds(stage, *args)
+
+    monkeypatch.setattr(LmStage, "_rounds", recording)
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with session(server, seen) as (ws, history):
+        await ws.send_json({"type": "session.update", "session": {"instructions": "answer in one word."}})
+        await next_event(ws, "session.updated", seen)
+        for options in ({"instructions": "greet the caller warmly."}, {}):
+            await ws.send_json(typed("hello"))
+            await ws.send_json({"type": "response.create", "response": options})
+            assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
+        assert systems == ["greet the caller warmly.", "answer in one word."]
+        assert history[0] == {"role": "system", "content": "answer in one word."}
+        for instructions, message in (("be brief. " * 1000, "leaves"), ("x" * 16_001, "over 16000 characters")):
+            await ws.send_json({"type": "response.create", "event_id": "r", "response": {"instructions": instructions}})
+            error = (await next_event(ws, "error", seen))["error"]
+            assert error["param"] == "response.instructions" and message in error["message"], error
+            assert error["event_id"] == "r"
+        assert not registry(server).sessions()[0].conversation.thinking()  # nothing started for them
+    assert len(systems) == 2
     assert await drained(server)
 
 

@@ -25,12 +25,14 @@ import numpy as np
 from dlm.api.json_text import JsonTextError, loads_client_json
 from voice.audio import AudioFormatError, Resampler, mulaw_decode, mulaw_encode, pcm_from_bytes
 from voice.events import (
+    SESSION_DEFAULTS,
     AudioCleared,
     AudioOut,
     PipelineError,
     PipelineEvent,
     ReplyTextDelta,
     ResponseDone,
+    ResponseOptions,
     SpeechStarted,
     SpeechStopped,
     TranscriptCompleted,
@@ -315,32 +317,20 @@ RESPONSE_FIELDS: Rules = {
 }
 
 
-def response_token_cap(response: Any, config: SessionConfig) -> int | None:
-    """Check a ``response.create``'s ``response`` and return its token cap for this response alone (None: the
-    session's; 'inf': MAX_OUTPUT_TOKENS, the server's own cap being lower). What the session will not do for it
-    is refused.
-
-    The LM's instructions are its session-wide system message, so a response can only repeat the session's;
-    other instructions are refused (set them with session.update) rather than dropped.
-    """
+def response_options(response: Any) -> ResponseOptions:
+    """What a ``response.create``'s ``response`` asks for this response alone: its instructions, and its token
+    cap ('inf': MAX_OUTPUT_TOKENS, the server's own cap being lower); what the session will not do is refused."""
     if response is None:
-        return None
+        return SESSION_DEFAULTS
     if not isinstance(response, dict):
         raise ClientEventError("response.create's 'response' must be an object", param="response")
     check_fields(response, RESPONSE_FIELDS, "response")
     cap = _either_spelling([(response, "max_output_tokens", "response.max_output_tokens"),
                             (response, "max_response_output_tokens", "response.max_response_output_tokens")],
                            _token_cap)
-    instructions = response.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise ClientEventError("response.instructions must be a string", param="response.instructions")
-    if instructions is not None and instructions != config.instructions:
-        raise ClientEventError("per-response instructions are not supported: set them for the session with "
-                               "session.update (response.instructions may only repeat session.instructions)",
-                               code="unsupported_value", param="response.instructions")
-    if cap is _ABSENT:
-        return None
-    return MAX_OUTPUT_TOKENS if cap is None else cap
+    instructions = _text(response.get("instructions"), "response.instructions")
+    return ResponseOptions(max_tokens=None if cap is _ABSENT else MAX_OUTPUT_TOKENS if cap is None else cap,
+                           instructions=None if instructions is _ABSENT else instructions)
 
 
 # ---------------------------------------------------------------------------------------------- parsing

@@ -29,7 +29,7 @@ from voice.transports.realtime_events import (
     decode_audio_append,
     error_event,
     parse_client_event,
-    response_token_cap,
+    response_options,
     user_text,
     vad_settings,
 )
@@ -44,6 +44,12 @@ MAX_TEXT_CHARS = 16_000
 tokenise on the event loop, stalling every other session, and 250 of them held 170 MB."""
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _check_length(instructions: str, param: str) -> None:
+    """Instructions are the system message of a reply, tokenised for each: at most MAX_TEXT_CHARS."""
+    if len(instructions) > MAX_TEXT_CHARS:
+        raise ClientEventError(f"{param} is over {MAX_TEXT_CHARS} characters", param=param)
 
 
 class PlaybackSink(Protocol):
@@ -104,9 +110,7 @@ class RealtimeSession:
         detection the VAD's settings, its max_output_tokens a cap on replies; nothing changes when any of it is
         refused."""
         config = apply_session_update(self.config, update)
-        if len(config.instructions) > MAX_TEXT_CHARS:  # the system message of every reply, tokenised each time
-            raise ClientEventError(f"session.instructions is over {MAX_TEXT_CHARS} characters",
-                                   param="session.instructions")
+        _check_length(config.instructions, "session.instructions")
         try:
             self.conversation.instruct(config.instructions)
         except ValueError as err:  # instructions the model's context cannot hold with a reply
@@ -156,13 +160,17 @@ class RealtimeSession:
             await self._send(self.encoder.event("conversation.item.added", item=item))
             await self._send(self.encoder.event("conversation.item.done", item=item))
         elif kind == "response.create":
-            cap = response_token_cap(event.get("response"), self.config)
+            options = response_options(event.get("response"))
+            _check_length(options.instructions or "", "response.instructions")
             if self.encoder.responding:  # as OpenAI's server does; respond() would cut the active one
                 raise ClientEventError("the conversation already has an active response in progress: wait for its "
                                        "response.done (or send response.cancel) before creating another",
                                        code="conversation_already_has_active_response")
             text = " ".join(self._pending_text) or None
-            await self.conversation.respond(text, max_tokens=cap)
+            try:
+                await self.conversation.respond(text, options)
+            except ValueError as err:  # instructions the model's context cannot hold with a reply
+                raise ClientEventError(f"response.instructions: {err}", param="response.instructions") from None
             self._pending_text.clear()
             self.encoder.ask_response()  # after respond(): one that failed leaves no response to wait for
         elif kind in ("response.cancel", "output_audio_buffer.clear"):
