@@ -24,13 +24,23 @@ lint: $(STAMP)
 
 # The shipped demo checkpoint's recipe, its three stages in a row (about 50 minutes on 2 cores;
 # docs/demo-model.md), into runs/demo-model/ beside the shipped one, then its held-out eval to compare.
+# A stage whose checkpoint exists is not run again: after a failure `make demo-model` starts at the stage that
+# failed (its own command with --resume continues one that had saved its state).
 DEMO_RUN := runs/demo-model
-demo-model: $(STAMP)
-	$(PY) -m dlm.train --config configs/demo.toml --out $(DEMO_RUN)/base
-	$(PY) -m dlm.train --config configs/demo-finetune-spelling.toml --init-from $(DEMO_RUN)/base --out $(DEMO_RUN)/spelling
-	$(PY) -m dlm.train --config configs/demo-finetune.toml --init-from $(DEMO_RUN)/spelling --out $(DEMO_RUN)/final
-	$(PY) -m dlm.eval --model $(DEMO_RUN)/final --limit 200 --efforts medium,high --json $(DEMO_RUN)/final/eval.json
+demo-model: $(DEMO_RUN)/final/eval.json
 	@echo "made $(DEMO_RUN)/final; the shipped checkpoint scores as dlm/assets/demo/eval.json says"
+
+$(DEMO_RUN)/base/model.safetensors: | $(STAMP)
+	$(PY) -m dlm.train --config configs/demo.toml --out $(DEMO_RUN)/base
+
+$(DEMO_RUN)/spelling/model.safetensors: $(DEMO_RUN)/base/model.safetensors
+	$(PY) -m dlm.train --config configs/demo-finetune-spelling.toml --init-from $(DEMO_RUN)/base --out $(DEMO_RUN)/spelling
+
+$(DEMO_RUN)/final/model.safetensors: $(DEMO_RUN)/spelling/model.safetensors
+	$(PY) -m dlm.train --config configs/demo-finetune.toml --init-from $(DEMO_RUN)/spelling --out $(DEMO_RUN)/final
+
+$(DEMO_RUN)/final/eval.json: $(DEMO_RUN)/final/model.safetensors
+	$(PY) -m dlm.eval --model $(DEMO_RUN)/final --limit 200 --efforts medium,high --json $@
 
 clean:
 	rm -rf $(VENV)

@@ -75,7 +75,7 @@ def test_make_demo_model_runs_the_shipped_recipe_stage_after_stage() -> None:
     """`make demo-model` had run the first of the shipped checkpoint's three stages only, over the shipped
     checkpoint itself; it now runs all three into runs/demo-model/, each from the one before, and evaluates."""
     root = Path(__file__).resolve().parents[2]
-    dry = subprocess.run(["make", "-n", "demo-model"], cwd=root, capture_output=True, text=True, check=True).stdout
+    dry = subprocess.run(["make", "-n", "-B", "demo-model"], cwd=root, capture_output=True, text=True, check=True).stdout
     steps = [shlex.split(line) for line in dry.splitlines() if " -m dlm." in line]
     train = [dict(zip(s[3::2], s[4::2], strict=True)) for s in steps if s[2] == "dlm.train"]
     assert [t["--config"] for t in train] == [
