@@ -76,6 +76,19 @@ class AudioCleared:
     turn_id: int
 
 
+@dataclass
+class TokenUsage:
+    """The LM's tokens for one response, over all its decoding rounds (a round per tool call, and a call
+    decoded again): the prompts they read and the tokens they wrote. Realtime ``response.done``'s ``usage``."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, read: int, written: int) -> None:
+        self.input_tokens += read
+        self.output_tokens += written
+
+
 @dataclass(frozen=True)
 class ResponseDone:
     """The assistant's turn ended (completed, cancelled or failed); ``trace`` is the turn's latency record."""
@@ -88,6 +101,7 @@ class ResponseDone:
     reason: str | None = None
     """Why it did not complete, in the Realtime API's words: cancelled for "turn_detected" (the caller spoke) or
     "client_cancelled"; cut short at its token cap, "max_output_tokens"."""
+    usage: TokenUsage | None = None  # the LM's tokens for it
 
 
 @dataclass(frozen=True)

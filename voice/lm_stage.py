@@ -29,7 +29,7 @@ from dlm.tools.calls import ToolCall, ToolCallSplitter, changes_state, run_tool_
 from dlm.tools.grounding import results_text, settle_call
 from dlm.tools.registry import ASKING_WORDS
 from voice.config import LmConfig
-from voice.events import SESSION_DEFAULTS, ResponseOptions
+from voice.events import SESSION_DEFAULTS, ResponseOptions, TokenUsage
 
 _CUT_MARK = "\u2063\u2063cut-here\u2063\u2063"
 """Placed at the end of a partial user message so the rendered prompt can be cut right after its words."""
@@ -120,7 +120,7 @@ class LmStage:
 
     async def reply(
         self, user_text: str | None, before_tool: Callable[[], Awaitable[Any]] | None = None,
-        options: ResponseOptions = SESSION_DEFAULTS,
+        options: ResponseOptions = SESSION_DEFAULTS, usage: TokenUsage | None = None,
     ) -> AsyncIterator[str | ToolCall]:
         """Stream the answer to ``user_text`` (None: to the history as it is): speakable text and tool calls.
 
@@ -130,7 +130,8 @@ class LmStage:
         timers); one that only reads runs at once, so a reply held during the hangover is ready when it ends.
         ``options`` hold for this reply alone: its token cap (each decoding round's, instead of the config's;
         afterwards :attr:`stopped_at_cap` says whether the reply ran into it) and its instructions, the system
-        message while it is decoded (checked with :meth:`check_instructions` beforehand).
+        message while it is decoded (checked with :meth:`check_instructions` beforehand). ``usage`` counts the
+        tokens each decoding round reads and writes.
         """
         cap = self.config.max_new_tokens if options.max_tokens is None else options.max_tokens
         self.stopped_at_cap = False
@@ -140,12 +141,13 @@ class LmStage:
             self._prefilled = None
             self._set_system_message(self._instructions if options.instructions is None else options.instructions)
             try:
-                async for out in self._rounds(cap, before_tool):
+                async for out in self._rounds(cap, before_tool, usage or TokenUsage()):
                     yield out
             finally:  # the session's instructions again, whatever became of the reply
                 self._set_system_message(self._instructions)
 
-    async def _rounds(self, cap: int, before_tool: Callable[[], Awaitable[Any]] | None) -> AsyncIterator[str | ToolCall]:
+    async def _rounds(self, cap: int, before_tool: Callable[[], Awaitable[Any]] | None,
+                      usage: TokenUsage) -> AsyncIterator[str | ToolCall]:
         """The reply's decoding rounds: text, then a tool call and its result, then text again, at most
         ``max_tool_rounds`` calls; a reply that said nothing says the fallback (or the last result)."""
         spoke, fallback = False, self.config.fallback_reply
@@ -165,14 +167,16 @@ class LmStage:
                         yield text
                     if call_body is not None:
                         break
+            result = self.session.last_result
+            if result is not None:
+                usage.add(result.prompt_tokens, len(result.token_ids))
             if call_body is None or round_no == self.config.max_tool_rounds:
-                result = self.session.last_result
                 self.stopped_at_cap = call_body is None and result is not None and result.finish_reason == "length"
                 tail = splitter.flush()
                 if tail.strip() or not spoke:
                     yield tail if tail.strip() else fallback  # never leave the caller in silence
                 return
-            call_body = await self._grounded(call_body, cap)
+            call_body = await self._grounded(call_body, cap, usage)
             if before_tool is not None and changes_state(call_body):
                 await before_tool()
             call = run_tool_call(self.tools, call_body)
@@ -185,7 +189,7 @@ class LmStage:
         are single tokens), else None."""
         return None if self.engine.model.cfg.bidirectional else call_tag_ids(self.engine.tokenizer.special_tokens)
 
-    async def _grounded(self, body: str, max_new_tokens: int) -> str:
+    async def _grounded(self, body: str, max_new_tokens: int, usage: TokenUsage | None = None) -> str:
         """The call as the caller's last words (and, for a follow-up's expression, the tools' earlier results)
         allow it (`dlm.tools.grounding.settle_call`): kept when it fits,
         else decoded again on the session under the grounded schema, pass by pass on the model worker, and
@@ -207,6 +211,8 @@ class LmStage:
                 ids += step
         finally:
             self.engine.worker.submit(steps.close)
+        if usage is not None:
+            usage.add(len(prompt), len(ids))
         redo = self.engine.tokenizer.decode(ids, skip_special=False)
         return settle_call(redo, heard, results)[0] or redo
 

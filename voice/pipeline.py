@@ -455,7 +455,8 @@ class VoicePipeline:
         chunker = ClauseChunker(self.config.chunker)
         tools = 0
         try:
-            async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait, options=reply.options):
+            async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait, options=reply.options,
+                                            usage=reply.usage):
                 if isinstance(out, ToolCall):
                     tools += 1
                     reply.trace.mark(f"tool_call_{tools}")
@@ -584,7 +585,8 @@ class VoicePipeline:
         self.resources.metrics.observe(record)
         if self._on_trace is not None:
             self._on_trace(record)
-        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed, reason=reply.end_reason))
+        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed, reason=reply.end_reason,
+                                usage=dataclasses.replace(reply.usage)))
 
     # ----- plumbing --------------------------------------------------------------------------
 

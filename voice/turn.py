@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voice.asr import StreamingTranscriber
-from voice.events import SESSION_DEFAULTS, ResponseOptions
+from voice.events import SESSION_DEFAULTS, ResponseOptions, TokenUsage
 from voice.trace import TurnTrace
 from voice.tts_stage import SpokenLog
 
@@ -35,6 +35,8 @@ class Reply:
     """The LM failed on it; its response ends as failed, not completed."""
     options: ResponseOptions = SESSION_DEFAULTS
     """What it asked for itself alone: a token cap, instructions (Realtime ``response.create``)."""
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    """The LM's tokens for it so far."""
     end_reason: str | None = None
     """Why it ended early (:attr:`voice.events.ResponseDone.reason`); None: it ended where the LM ended it."""
     paused: bool = False

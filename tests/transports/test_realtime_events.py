@@ -14,6 +14,7 @@ from voice.events import (
     ResponseDone,
     ResponseOptions,
     SpeechStarted,
+    TokenUsage,
     TranscriptDelta,
 )
 from voice.transports.realtime_events import (
@@ -63,7 +64,11 @@ def test_a_response_opens_once_streams_audio_and_closes_with_its_trace() -> None
     assert kinds[-1] == "response.done" and kinds.count("response.created") == 1
     assert out[-1]["response"]["status"] == "completed" and out[-1]["trace"] == {"voice_to_voice_ms": 321.0}
     assert len({e["event_id"] for e in out}) == len(out)
-    cut = enc.encode(ResponseDone(4, "Par", False, reason="max_output_tokens"))[-1]["response"]
+    assert out[-1]["response"]["usage"] is None  # nobody counted
+    cut = enc.encode(ResponseDone(4, "Par", False, reason="max_output_tokens", usage=TokenUsage(40, 2)))[-1]["response"]
+    assert cut["usage"] == {"total_tokens": 42, "input_tokens": 40, "output_tokens": 2,
+                            "input_token_details": {"text_tokens": 40, "audio_tokens": 0},
+                            "output_token_details": {"text_tokens": 2, "audio_tokens": 0}}
     assert (cut["status"], cut["output"][0]["status"]) == ("incomplete", "incomplete")
     assert cut["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
     stopped = enc.encode(ResponseDone(5, "", True, reason="turn_detected"))[-1]["response"]

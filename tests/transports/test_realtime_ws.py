@@ -428,8 +428,12 @@ async def test_max_output_tokens_caps_the_sessions_replies(serve, resources) -> 
     async with session(server, seen) as (ws, _):
         tokens, done = await reply()
         assert tokens > 2 and done["status"] == "completed" and "status_details" not in done
+        usage = done["usage"]  # had been null
+        assert usage["output_tokens"] >= tokens and usage["input_tokens"] > 0
+        assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
         tokens, done = await reply(max_output_tokens=2)
         assert tokens <= 2 and done["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+        assert done["usage"]["output_tokens"] == 2
         assert await reply_tokens() > 2  # the response's cap was its own
         await ws.send_json({"type": "session.update", "session": {"max_output_tokens": 2}})
         assert (await next_event(ws, "session.updated", seen))["session"]["max_output_tokens"] == 2

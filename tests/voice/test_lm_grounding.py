@@ -12,6 +12,7 @@ from dlm.engine import Engine
 from dlm.tools.calls import ToolCall, parse_tool_call
 from dlm.tools.grounding import heard_numbers, heard_phrases
 from voice.config import LmConfig
+from voice.events import TokenUsage
 from voice.lm_stage import LmStage
 
 DEMO = Path(__file__).resolve().parents[2] / "dlm" / "assets" / "demo"
@@ -82,12 +83,14 @@ def test_a_call_that_fits_what_was_heard_is_kept_and_an_unsaid_detail_dropped(en
 
 
 def test_a_spoken_question_gets_a_call_with_what_was_heard(engine: Engine) -> None:
-    """The whole turn: free decoding, grounding, the tool, and a reply after its result."""
+    """The whole turn: free decoding, grounding, the tool, and a reply after its result; its token usage counts
+    both decoding rounds (the second reads the first's prompt, its call and the result again)."""
     question = "tell me denmark's capital"
     stage = LmStage(engine, LmConfig())
+    usage = TokenUsage()
 
     async def turn() -> list:
-        return [item async for item in stage.reply(question)]
+        return [item async for item in stage.reply(question, usage=usage)]
 
     try:
         items = asyncio.run(turn())
@@ -97,6 +100,9 @@ def test_a_spoken_question_gets_a_call_with_what_was_heard(engine: Engine) -> No
     assert calls and calls[0].name == "country_capital"
     assert calls[0].arguments["country"] in heard_phrases(question)
     assert "".join(item for item in items if isinstance(item, str)).strip()
+    asked = next(i for i, m in enumerate(stage.history) if m["role"] == "user" and m["content"] == question)
+    first_prompt = len(engine.prompt_ids(stage.history[: asked + 1], True))
+    assert usage.input_tokens > 2 * first_prompt and usage.output_tokens > 0  # the second round reads more
 
 
 def test_words_to_say_back_come_out_as_they_were_heard(engine: Engine) -> None:

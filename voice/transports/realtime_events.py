@@ -35,6 +35,7 @@ from voice.events import (
     ResponseOptions,
     SpeechStarted,
     SpeechStopped,
+    TokenUsage,
     TranscriptCompleted,
     TranscriptDelta,
 )
@@ -388,6 +389,16 @@ def error_event(event_id: str, message: str, code: str, error_type: str = "inval
                       "event_id": client_event_id}}
 
 
+def _usage(usage: TokenUsage | None) -> dict[str, Any] | None:
+    """Realtime's usage object: the LM reads and writes text only (speech goes through Whisper and Piper)."""
+    if usage is None:
+        return None
+    return {"total_tokens": usage.input_tokens + usage.output_tokens, "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "input_token_details": {"text_tokens": usage.input_tokens, "audio_tokens": 0},
+            "output_token_details": {"text_tokens": usage.output_tokens, "audio_tokens": 0}}
+
+
 class RealtimeEncoder:
     """Turns one session's pipeline events into Realtime server events.
 
@@ -501,12 +512,12 @@ class RealtimeEncoder:
         return {"response_id": self.response_id(turn_id), "item_id": self.output_item_id(turn_id),
                 "output_index": 0, "content_index": 0}
 
-    def _response(self, turn_id: int, status: str, text: str = "") -> dict[str, Any]:
+    def _response(self, turn_id: int, status: str, text: str = "", usage: TokenUsage | None = None) -> dict[str, Any]:
         content = [{"type": "output_audio", "transcript": text}] if status != "in_progress" else []
         return {"object": "realtime.response", "id": self.response_id(turn_id), "status": status,
                 "output": [{"id": self.output_item_id(turn_id), "type": "message", "role": "assistant",
                             "status": status, "content": content}],
-                "conversation_id": self.config.id, "output_modalities": ["audio"], "usage": None}
+                "conversation_id": self.config.id, "output_modalities": ["audio"], "usage": _usage(usage)}
 
     def _open(self, turn_id: int) -> list[dict[str, Any]]:
         if turn_id in self._open_responses:
@@ -539,7 +550,7 @@ class RealtimeEncoder:
         self._open_responses.discard(ev.turn_id)
         status = ("cancelled" if ev.cancelled else "failed" if ev.failed else "incomplete" if ev.reason
                   else "completed")
-        response = self._response(ev.turn_id, status, ev.text)
+        response = self._response(ev.turn_id, status, ev.text, ev.usage)
         if ev.reason and status != "failed":
             response["status_details"] = {"type": status, "reason": ev.reason}
         return [*events,
