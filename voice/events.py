@@ -76,6 +76,13 @@ class AudioCleared:
     turn_id: int
 
 
+@dataclass(frozen=True)
+class PipelineError:
+    message: str
+    code: str = "pipeline_error"
+    caller_at_fault: bool = False  # the caller asked for something impossible; the pipeline itself is fine
+
+
 @dataclass
 class TokenUsage:
     """The LM's tokens for one response, over all its decoding rounds (a round per tool call, and a call
@@ -97,18 +104,15 @@ class ResponseDone:
     text: str
     cancelled: bool
     trace: dict[str, Any] = field(default_factory=dict)
-    failed: bool = False
+    error: PipelineError | None = None  # the LM failed on it (also sent as its own event)
     reason: str | None = None
     """Why it did not complete, in the Realtime API's words: cancelled for "turn_detected" (the caller spoke) or
     "client_cancelled"; cut short at its token cap, "max_output_tokens"."""
     usage: TokenUsage | None = None  # the LM's tokens for it
 
-
-@dataclass(frozen=True)
-class PipelineError:
-    message: str
-    code: str = "pipeline_error"
-    caller_at_fault: bool = False  # the caller asked for something impossible; the pipeline itself is fine
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
 
 
 PipelineEvent = (

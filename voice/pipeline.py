@@ -476,11 +476,11 @@ class VoicePipeline:
         except asyncio.CancelledError:
             raise
         except PromptTooLong as err:  # a typed message longer than the model's context
-            reply.failed = True
-            self._emit(PipelineError(str(err), "context_length_exceeded", caller_at_fault=True))
+            reply.error = PipelineError(str(err), "context_length_exceeded", caller_at_fault=True)
+            self._emit(reply.error)
         except Exception as err:
-            reply.failed = True
-            self._emit(PipelineError(f"the language model failed: {err!r}", "lm_failed"))
+            reply.error = PipelineError(f"the language model failed: {err!r}", "lm_failed")
+            self._emit(reply.error)
         finally:
             reply.lm_done = True
             reply.clauses.put_nowait(END_OF_REPLY)
@@ -585,7 +585,7 @@ class VoicePipeline:
         self.resources.metrics.observe(record)
         if self._on_trace is not None:
             self._on_trace(record)
-        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, failed=reply.failed, reason=reply.end_reason,
+        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, error=reply.error, reason=reply.end_reason,
                                 usage=dataclasses.replace(reply.usage)))
 
     # ----- plumbing --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voice.asr import StreamingTranscriber
-from voice.events import SESSION_DEFAULTS, ResponseOptions, TokenUsage
+from voice.events import SESSION_DEFAULTS, PipelineError, ResponseOptions, TokenUsage
 from voice.trace import TurnTrace
 from voice.tts_stage import SpokenLog
 
@@ -31,8 +31,8 @@ class Reply:
     lm_task: asyncio.Task[None] | None = None
     tts_task: asyncio.Task[None] | None = None
     lm_done: bool = False
-    failed: bool = False
-    """The LM failed on it; its response ends as failed, not completed."""
+    error: PipelineError | None = None
+    """Why the LM failed on it: its response ends as failed, not completed."""
     options: ResponseOptions = SESSION_DEFAULTS
     """What it asked for itself alone: a token cap, instructions (Realtime ``response.create``)."""
     usage: TokenUsage = field(default_factory=TokenUsage)

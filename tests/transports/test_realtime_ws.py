@@ -210,6 +210,8 @@ async def test_text_longer_than_the_context_fails_that_response_only(serve, new_
         await next_event(ws, "session.created", seen)
         failed = await say("peru " * 2000)
         assert failed["response"]["status"] == "failed"
+        assert failed["response"]["status_details"] == {
+            "type": "failed", "error": {"type": "invalid_request_error", "code": "context_length_exceeded"}}
         (error,) = [e for e in seen if e["type"] == "error"]
         assert error["error"]["code"] == "context_length_exceeded"
         assert error["error"]["type"] == "invalid_request_error"

@@ -389,6 +389,10 @@ def error_event(event_id: str, message: str, code: str, error_type: str = "inval
                       "event_id": client_event_id}}
 
 
+def _error_type(error: PipelineError) -> str:
+    return "invalid_request_error" if error.caller_at_fault else "server_error"
+
+
 def _usage(usage: TokenUsage | None) -> dict[str, Any] | None:
     """Realtime's usage object: the LM reads and writes text only (speech goes through Whisper and Piper)."""
     if usage is None:
@@ -492,8 +496,7 @@ class RealtimeEncoder:
         if isinstance(ev, ResponseDone):
             return self._done(ev)
         if isinstance(ev, PipelineError):
-            kind = "invalid_request_error" if ev.caller_at_fault else "server_error"
-            return [error_event(self.event_id(), ev.message, ev.code, error_type=kind)]
+            return [error_event(self.event_id(), ev.message, ev.code, error_type=_error_type(ev))]
         return []
 
     def _transcript_delta(self, ev: TranscriptDelta) -> dict[str, Any]:
@@ -551,7 +554,9 @@ class RealtimeEncoder:
         status = ("cancelled" if ev.cancelled else "failed" if ev.failed else "incomplete" if ev.reason
                   else "completed")
         response = self._response(ev.turn_id, status, ev.text, ev.usage)
-        if ev.reason and status != "failed":
+        if ev.error is not None:
+            response["status_details"] = {"type": "failed", "error": {"type": _error_type(ev.error), "code": ev.error.code}}
+        elif ev.reason:
             response["status_details"] = {"type": status, "reason": ev.reason}
         return [*events,
                 self.event("response.output_audio.done", **self._where(ev.turn_id)),
