@@ -98,7 +98,7 @@ class TokenUsage:
 
 @dataclass(frozen=True)
 class ResponseDone:
-    """The assistant's turn ended (completed, cancelled or failed); ``trace`` is the turn's latency record."""
+    """The assistant's turn ended (completed, cut short, cancelled or failed); ``trace`` is its latency record."""
 
     turn_id: int
     text: str
