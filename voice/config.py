@@ -14,12 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 from dlm.decoding.logit_bias import COPY_FOLLOW
+from dlm.toml_file import read_toml
 from voice.asr import AsrConfig
 from voice.audio import AudioFormatError, check_rate
 from voice.chunker import ChunkerConfig
@@ -171,19 +167,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
-    except OSError as err:  # a directory, unreadable
-        raise ConfigError(f"config file {path} cannot be read ({err.strerror or err})") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text, so not TOML (byte {err.start}: {err.reason})") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML ({err})") from None
-
-
 def config_path(name: str) -> Path:
     """``configs/NAME.toml`` for a bare name, else the path itself."""
     if name.endswith(".toml") or "/" in name:
@@ -197,9 +180,9 @@ def config_path(name: str) -> Path:
 
 def load_config(name: str = DEFAULT_NAME) -> PipelineConfig:
     """The named config (or a TOML path) over ``configs/default.toml``."""
-    values = _read_toml(CONFIG_DIR / f"{DEFAULT_NAME}.toml")
+    values = read_toml(CONFIG_DIR / f"{DEFAULT_NAME}.toml", ConfigError)
     path = config_path(name)
     if path.resolve() != (CONFIG_DIR / f"{DEFAULT_NAME}.toml").resolve():
-        values = _merge(values, _read_toml(path))
+        values = _merge(values, read_toml(path, ConfigError))
     values["name"] = path.stem
     return _build(PipelineConfig, values, str(path))

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dlm.toml_file import read_toml
 from dlm.train.data import check_mix
 
 
@@ -156,13 +153,4 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
 
 
 def load_run_config(path: str | Path) -> RunConfig:
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as err:  # missing, a directory, unreadable
-        raise RunConfigError(f"{path}: cannot be read ({err.strerror or err})") from None
-    except UnicodeDecodeError as err:
-        raise RunConfigError(f"{path}: not UTF-8 text, so not TOML (byte {err.start}: {err.reason})") from None
-    except tomllib.TOMLDecodeError as err:
-        raise RunConfigError(f"{path}: not valid TOML ({err})") from None
-    return from_dict(raw)
+    return from_dict(read_toml(path, RunConfigError))
