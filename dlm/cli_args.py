@@ -100,6 +100,16 @@ def refusal(message: str) -> SystemExit:
     return SystemExit(2)
 
 
+def refused(exit_: SystemExit) -> int:
+    """Status 2 for a SystemExit raised with a message (a server's or a benchmark's own refusal, "error: ..." or
+    bare), printed as the one line by :func:`refusal`; one that carries a status instead (argparse's, which
+    printed its own) goes on up."""
+    if not isinstance(exit_.code, str):
+        raise exit_
+    refusal(exit_.code.removeprefix("error: "))
+    return 2
+
+
 def cannot_listen(host: str, port_number: int, err: OSError) -> SystemExit:
     """The one-line exit for a server whose address is taken or not this machine's, instead of a traceback.
 

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from dlm.cli_args import refusal, refused
+
 BENCHMARKS = {
     "dlm": ("latency_bench.dlm_bench", "first-block latency: engine vs autoregressive vs vanilla diffusion"),
     "voice": ("latency_bench.voice_bench", "per-stage and voice-to-voice latency: full design vs baselines"),
@@ -48,13 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         if not isinstance(err, _input_errors()):
             raise
-        message = str(err)
+        refusal(str(err))
+        return 2
     except SystemExit as exit_:  # a benchmark's own one-line refusal ("--gen-tokens must be a multiple ...")
-        if not isinstance(exit_.code, str):
-            raise
-        message = exit_.code.removeprefix("error: ")
-    print(f"error: {message}", file=sys.stderr)
-    return 2
+        return refused(exit_)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlm.cli_args import finite_float, host, output_path
+from dlm.cli_args import finite_float, host, output_path, refusal, refused
 from voice.config import ConfigError
 
 if TYPE_CHECKING:
@@ -134,11 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         return int(_transport_module(args.command).main(args) or 0)
     except (CliError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        refusal(str(err))
         return 2
     except SystemExit as exit_:
-        if not isinstance(exit_.code, str):  # argparse's own (status 2, already printed), or a plain status
-            raise
-        message = exit_.code.removeprefix("error: ")
-        print(f"error: {message}", file=sys.stderr)
-        return 2
+        return refused(exit_)
