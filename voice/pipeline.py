@@ -139,11 +139,18 @@ class VoicePipeline:
         await self._input.put(commit)
 
     def instruct(self, instructions: str) -> None:
-        self._lm.instruct(instructions or self.config.lm.system_prompt)
+        self._lm.instruct(self._instructions(instructions))
 
     def limit_reply_tokens(self, tokens: int | None) -> None:
-        cap = self.config.lm.max_new_tokens if tokens is None else min(tokens, self.config.lm.max_new_tokens)
-        self._lm.config = dataclasses.replace(self.config.lm, max_new_tokens=cap)
+        self._lm.config = dataclasses.replace(self.config.lm, max_new_tokens=self._token_cap(tokens))
+
+    def _instructions(self, instructions: str) -> str:
+        """A client's instructions; empty: the configured system prompt."""
+        return instructions or self.config.lm.system_prompt
+
+    def _token_cap(self, tokens: int | None) -> int:
+        """A client's reply cap, never above the configured one (None: the configured one)."""
+        return self.config.lm.max_new_tokens if tokens is None else min(tokens, self.config.lm.max_new_tokens)
 
     def tune_turn_detection(self, **settings: int) -> None:
         self.config = self.config.replace(vad=dataclasses.replace(self._configured_vad, **settings))
@@ -158,10 +165,10 @@ class VoicePipeline:
 
     async def respond(self, text: str | None = None, options: ResponseOptions = SESSION_DEFAULTS) -> None:
         if options.instructions is not None:
-            options = dataclasses.replace(options, instructions=options.instructions or self.config.lm.system_prompt)
+            options = dataclasses.replace(options, instructions=self._instructions(options.instructions))
             self._lm.check_instructions(options.instructions)
         if options.max_tokens is not None:
-            options = dataclasses.replace(options, max_tokens=min(options.max_tokens, self.config.lm.max_new_tokens))
+            options = dataclasses.replace(options, max_tokens=self._token_cap(options.max_tokens))
         turn_id = self._new_turn_id()
         trace = TurnTrace(turn_id)
         trace.mark("speech_end")

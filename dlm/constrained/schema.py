@@ -339,7 +339,7 @@ class CompiledSchema:
                 typed.implied = True
             return node
         if isinstance(types, list):
-            rest = {k: v for k, v in schema.items() if k != "type"}
+            rest = _without(schema, "type")
             return Node("anyof", alternatives=tuple(self._compile({**rest, "type": t}) for t in types))
         if types == "boolean":
             return Node("literal", literals=("true", "false"))
