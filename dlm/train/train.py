@@ -252,19 +252,21 @@ def curriculum_over(curriculum: CurriculumConfig, losses: list[float], steps_don
     return None
 
 
-def learning_rate(run: RunConfig, step: int, seconds: float = 0.0) -> float:
-    """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first.
+def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum: bool = False) -> float:
+    """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first,
+    scaled to `[curriculum] lr` while the curriculum lasts, if it has its own.
 
     `seconds` is the training time spent so far. A run behind the pace that reaches `steps` at the time limit
     is scheduled as if at the step that pace would have reached, so a machine too slow for `steps` still ends
     annealed instead of cut off at a high rate (a 2-core run that did 3397 of 5000 steps stopped at 26% of
     the peak rate). A run ahead of that pace follows its step count alone, so it stays reproducible."""
     opt = run.train
+    peak = run.curriculum.lr if in_curriculum and run.curriculum.lr else opt.lr
     at = max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))  # a whole step behind, or not
     if at < opt.warmup_steps:
-        return opt.lr * (at + 1) / opt.warmup_steps
+        return peak * (at + 1) / opt.warmup_steps
     progress = (at - opt.warmup_steps) / max(1, opt.steps - opt.warmup_steps)
-    return opt.lr * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+    return peak * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
 def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path, trained_block_sizes: list[int]) -> None:
@@ -322,8 +324,10 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         if len(batch.labels) == 0:
             step += 1
             continue
+        rate = learning_rate(run, step, spent + time.monotonic() - started,
+                             in_curriculum=source.phases[-1].first_step is None)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(run, step, spent + time.monotonic() - started)
+            group["lr"] = rate
         losses.append(optimise(model, optimizer, batch, opt_cfg))
         step += 1
         if source.phases[-1].first_step is None and (why := curriculum_over(run.curriculum, losses, step)):
