@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     except (RunConfigError, CheckpointError, OSError) as err:  # a config, checkpoint or directory unfit to use
         parser.exit(2, f"error: {err}\n")
     print(f"trained {result.steps} steps in {result.seconds / 60:.1f} min, final loss {result.final_loss:.3f}; "
-          f"checkpoint in {result.out_dir}")
+          f"checkpoint in {result.out_dir}, loss curve in {Path(run.train.state_dir) / 'loss.svg'}")
 
 
 def _configured(args: argparse.Namespace) -> RunConfig:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from dlm.train.config import RunConfig
+from dlm.train.loss_plot import write_race_plot
 from dlm.train.train import TrainResult, run_tokenizer, train, training_corpus
 
 
@@ -123,6 +124,8 @@ def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool =
     seeds = ", ".join(str(c.train.seed) for c in candidates)
     print(f"the curriculum runs for seeds {seeds} side by side, one thread each (the bar follows the first)")
     losses = race(candidates, progress)
+    write_race_plot(state_dir, {c.train.seed: Path(c.train.state_dir) / "state.pt" for c in candidates},
+                    run.curriculum.until_loss or None)
     best = min(losses, key=losses.__getitem__)
     print("curriculum loss by seed: " + ", ".join(f"{seed}: {loss:.3f}" for seed, loss in losses.items())
           + f"; seed {best} trains on")

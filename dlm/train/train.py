@@ -26,6 +26,7 @@ from dlm.model import Transformer
 from dlm.train.config import CurriculumConfig, OptimConfig, RunConfig, RunConfigError
 from dlm.train.data import Example, generate
 from dlm.train.encode import DialogueEncoder, Encoded
+from dlm.train.loss_plot import write_run_plot
 from dlm.train.objective import Batch, diffusion_loss, make_batch
 from dlm.train.tokenizer import IM_END, MASK, PAD, save_tokenizer, train_tokenizer
 
@@ -345,6 +346,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                         "losses": losses, "phase_starts": source.starts(), "seconds": spent + elapsed,
                         "config": run.as_dict()}, state_path)
+            write_run_plot(state_dir, losses, source.starts())
         if out_of_time:
             tqdm.write(f"stopping at step {step}: over max_minutes={opt_cfg.max_minutes}")
         if stopping:

@@ -1,0 +1,145 @@
+"""A run's training loss as a picture, drawn as a self-contained SVG (no plotting library).
+
+What a person training the demo wants to see is a shape, not a column of numbers: the copying curriculum's
+sudden drop, the jump when the full mix begins, whether the loss still falls when the time runs out, and in
+a race (`dlm.train.candidates`) which seed's copying emerged first. `train` redraws `loss.svg` in the run's
+state directory at every checkpoint, the race draws `race.svg` beside it, and `python -m dlm.train.loss_plot
+STATE_DIR` redraws both from the saved states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+import torch
+
+WIDTH, HEIGHT = 760, 360
+LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 50  # margins around the plotting area
+COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
+
+
+def smoothed(losses: list[float], window: int) -> list[float]:
+    """The mean of each step's last `window` losses (fewer at the start): single steps are too noisy to read."""
+    total, out = 0.0, []
+    for step, loss in enumerate(losses):
+        total += loss - (losses[step - window] if step >= window else 0.0)
+        out.append(total / min(step + 1, window))
+    return out
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Round values (1, 2 and 5 times a power of ten) between `low` and `high`, for the log-scale loss axis."""
+    ticks = []
+    for exponent in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
+        ticks += [m * 10.0 ** exponent for m in (1, 2, 5) if low <= m * 10.0 ** exponent <= high]
+    return ticks
+
+
+def step_ticks(steps: int) -> list[int]:
+    """About five round step counts from 0 to `steps`."""
+    raw = max(steps / 5, 1)
+    unit = 10 ** math.floor(math.log10(raw))
+    spacing = next(m * unit for m in (1, 2, 5, 10) if m * unit >= raw)
+    return list(range(0, steps + 1, int(spacing)))
+
+
+def loss_svg(curves: dict[str, list[float]], marks: dict[str, int] | None = None, bar: float | None = None,
+             window: int = 50, title: str = "training loss") -> str:
+    """`curves` (a label -> the loss of each step) smoothed over `window` steps on a log scale, with a dashed
+    vertical line at each of `marks` (a label -> step) and, if given, a horizontal one at `bar`."""
+    marks = marks or {}
+    lines = {label: smoothed(losses, window) for label, losses in curves.items() if losses}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" '
+             f'font-size="12"><text x="{LEFT}" y="18" font-size="14">{escape(title)}</text>']
+    if not lines:
+        parts.append(f'<text x="{LEFT}" y="{HEIGHT // 2}">no steps yet</text></svg>')
+        return "\n".join(parts)
+    values = [v for line in lines.values() for v in line] + ([bar] if bar else [])
+    low, high = min(values), max(values)
+    low, high = (low / 1.1, high * 1.1) if high > low else (low / 2, high * 2)
+    steps = max(len(line) for line in lines.values())
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(step: float) -> float:
+        return LEFT + plot_w * step / max(steps - 1, 1)
+
+    def y(loss: float) -> float:
+        return TOP + plot_h * (math.log(high) - math.log(loss)) / (math.log(high) - math.log(low))
+
+    parts.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
+    for tick in log_ticks(low, high):
+        parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#eee"/>'
+                     f'<text x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
+    for tick in step_ticks(steps - 1):
+        parts.append(f'<text x="{x(tick):.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{tick}</text>')
+    parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 10}" text-anchor="middle">step (loss: mean of the '
+                 f'last {window} steps, log scale)</text>')
+    for label, step in marks.items():
+        parts.append(f'<line x1="{x(step):.1f}" x2="{x(step):.1f}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#555" '
+                     f'stroke-dasharray="4 3"/><text x="{x(step) + 4:.1f}" y="{TOP + 14}">{escape(label)}</text>')
+    if bar:
+        parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(bar):.1f}" y2="{y(bar):.1f}" stroke="#e15759" '
+                     f'stroke-dasharray="6 3"/><text x="{LEFT + plot_w - 4}" y="{y(bar) - 4:.1f}" '
+                     f'text-anchor="end" fill="#e15759">{bar:g}</text>')
+    for index, (label, line) in enumerate(lines.items()):
+        color = COLORS[index % len(COLORS)]
+        every = max(1, len(line) // plot_w)  # about one point a pixel
+        points = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in enumerate(line) if s % every == 0 or s == len(line) - 1)
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{points}">'
+                     f'<title>{escape(label)}</title></polyline>')
+        if len(lines) > 1:
+            parts.append(f'<text x="{LEFT + plot_w - 8}" y="{TOP + 34 + 16 * index}" text-anchor="end" fill="{color}">'
+                         f'{escape(label)}: {line[-1]:.3f} at step {len(line) - 1}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def phase_marks(phase_starts: list[int | None]) -> dict[str, int]:
+    """Where the full mix began, when the run had a curriculum before it."""
+    start = phase_starts[-1] if len(phase_starts) > 1 else None
+    return {} if start is None else {f"full mix from step {start}": start}
+
+
+def write_run_plot(state_dir: Path, losses: list[float], phase_starts: list[int | None]) -> Path:
+    """`state_dir/loss.svg`: the run's loss, the start of the full mix marked."""
+    path = state_dir / "loss.svg"
+    path.write_text(loss_svg({"loss": losses}, phase_marks(phase_starts), title=f"training loss, {state_dir}"))
+    return path
+
+
+def write_race_plot(state_dir: Path, seeds: dict[int, Path], bar: float | None) -> Path:
+    """`state_dir/race.svg`: each candidate's curriculum loss up to its last saved state (one stopped before
+    its first checkpoint has none), and the bar they race to."""
+    curves = {}
+    for seed, state_path in seeds.items():
+        if not state_path.is_file():
+            continue
+        state = torch.load(state_path, weights_only=False)
+        end = state["phase_starts"][-1] or state["step"]
+        curves[f"seed {seed}"] = state["losses"][:end]
+    path = state_dir / "race.svg"
+    path.write_text(loss_svg(curves, bar=bar, title="the copying curriculum, seed by seed"))
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dlm.train.loss_plot", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("state_dir", type=Path, help="a run's [train] state_dir (it holds state.pt)")
+    args = parser.parse_args(argv)
+    state_path = args.state_dir / "state.pt"
+    if not state_path.is_file():
+        parser.exit(2, f"error: {state_path}: no run state there\n")
+    state = torch.load(state_path, weights_only=False)
+    print(write_run_plot(args.state_dir, state["losses"], state["phase_starts"]))
+    seeds = {int(p.parent.name.removeprefix("seed-")): p
+             for p in sorted((args.state_dir / "candidates").glob("seed-*/state.pt"))}
+    if seeds:
+        print(write_race_plot(args.state_dir, seeds, state["config"]["curriculum"]["until_loss"] or None))
+
+
+if __name__ == "__main__":
+    main()
