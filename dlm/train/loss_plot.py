@@ -82,8 +82,7 @@ def loss_svg(curves: dict[str, list[float]], marks: dict[str, int] | None = None
                      f'stroke-dasharray="4 3"/><text x="{x(step) + 4:.1f}" y="{TOP + 14}">{escape(label)}</text>')
     if bar:
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(bar):.1f}" y2="{y(bar):.1f}" stroke="#e15759" '
-                     f'stroke-dasharray="6 3"/><text x="{LEFT + plot_w - 4}" y="{y(bar) - 4:.1f}" '
-                     f'text-anchor="end" fill="#e15759">{bar:g}</text>')
+                     f'stroke-dasharray="6 3"/><text x="{LEFT + 4}" y="{y(bar) - 4:.1f}" fill="#e15759">{bar:g}</text>')
     for index, (label, line) in enumerate(lines.items()):
         color = COLORS[index % len(COLORS)]
         every = max(1, len(line) // plot_w)  # about one point a pixel
