@@ -257,15 +257,18 @@ def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum
     """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first,
     scaled to `[curriculum] lr` while the curriculum lasts, if it has its own.
 
-    `seconds` is the training time spent so far. A run behind the pace that reaches `steps` at the time limit
-    is scheduled as if at the step that pace would have reached, so a machine too slow for `steps` still ends
-    annealed instead of cut off at a high rate (a 2-core run that did 3397 of 5000 steps stopped at 26% of
-    the peak rate). A run ahead of that pace follows its step count alone, so it stays reproducible."""
+    `seconds` is the training time spent so far. After the warm-up and the curriculum, a run behind the pace
+    that reaches `steps` at the time limit is scheduled as if at the step that pace would have reached, so a
+    machine too slow for `steps` still ends annealed instead of cut off at a high rate (a 2-core run that did
+    3397 of 5000 steps stopped at 26% of the peak rate). A run ahead of that pace follows its step count alone.
+    The warm-up and the curriculum always do: the first steps' seconds are mostly compiling, and a candidate's
+    pace is the share of the cores the race leaves it, so on the clock the same seed had taken another rate
+    from its third step on in a race of four than alone beside one (a new draw of when copying emerges)."""
     opt = run.train
     peak = run.curriculum.lr if in_curriculum and run.curriculum.lr else opt.lr
-    at = max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))  # a whole step behind, or not
-    if at < opt.warmup_steps:
-        return peak * (at + 1) / opt.warmup_steps
+    if step < opt.warmup_steps:
+        return peak * (step + 1) / opt.warmup_steps
+    at = step if in_curriculum else max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))
     progress = (at - opt.warmup_steps) / max(1, opt.steps - opt.warmup_steps)
     return peak * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 

@@ -256,6 +256,16 @@ def test_the_learning_rate_decays_by_the_clock_when_the_time_limit_comes_first()
     assert learning_rate(run, 0, seconds=0.5) == learning_rate(run, 0)  # behind by less than a step
 
 
+def test_the_warm_up_and_the_curriculum_follow_their_steps_whatever_the_clock_says() -> None:
+    run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "lr": 1e-3, "max_minutes": 10.0},
+                     "curriculum": {"intents": ["repeat"], "steps": 500}})
+    # 30 s of compiling before step 2 would put the clock 50 steps on, past the warm-up
+    assert learning_rate(run, 2, seconds=30.0) == learning_rate(run, 2) == pytest.approx(0.3e-3)
+    # a candidate on a quarter of the cores is far behind the pace; its rate is its step's all the same
+    assert learning_rate(run, 300, seconds=400.0, in_curriculum=True) == learning_rate(run, 300, in_curriculum=True)
+    assert learning_rate(run, 300, seconds=400.0) < learning_rate(run, 300)  # the full mix keeps to the clock
+
+
 def test_the_curriculum_may_have_its_own_peak_learning_rate() -> None:
     run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "lr": 1e-3},
                      "curriculum": {"intents": ["repeat"], "steps": 500, "lr": 4e-3}})
