@@ -83,8 +83,6 @@ class CurriculumConfig:
     until_loss: float = 0.0  # 0: always run all `steps`
     loss_window: int = 100
     candidates: int = 1  # seeds that run the curriculum side by side, one thread each; the best goes on
-    lr: float = 0.0  # the peak learning rate while the curriculum lasts (0: [train] lr). Copying emerges sooner
-    # at a higher one: seeds 0 and 1 at steps 1302 and 1737 at 6e-3 against 1589 and after 1600 at 3e-3
 
 
 @dataclass
@@ -143,8 +141,6 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise RunConfigError("[curriculum] until_loss must be >= 0 and loss_window >= 1")
     if run.curriculum.candidates < 1 or (run.curriculum.candidates > 1 and not run.curriculum.steps):
         raise RunConfigError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
-    if run.curriculum.lr < 0:
-        raise RunConfigError("[curriculum] lr must be >= 0 (0: the run's [train] lr)")
     if run.curriculum.until_loss and not run.curriculum.steps:
         raise RunConfigError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
     for section, intents, weights in (("data", run.data.intents, run.data.intent_weights),

@@ -254,8 +254,7 @@ def curriculum_over(curriculum: CurriculumConfig, losses: list[float], steps_don
 
 
 def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum: bool = False) -> float:
-    """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first,
-    scaled to `[curriculum] lr` while the curriculum lasts, if it has its own.
+    """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first.
 
     `seconds` is the training time spent so far. After the warm-up and the curriculum, a run behind the pace
     that reaches `steps` at the time limit is scheduled as if at the step that pace would have reached, so a
@@ -265,12 +264,11 @@ def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum
     pace is the share of the cores the race leaves it, so on the clock the same seed had taken another rate
     from its third step on in a race of four than alone beside one (a new draw of when copying emerges)."""
     opt = run.train
-    peak = run.curriculum.lr if in_curriculum and run.curriculum.lr else opt.lr
     if step < opt.warmup_steps:
-        return peak * (step + 1) / opt.warmup_steps
+        return opt.lr * (step + 1) / opt.warmup_steps
     at = step if in_curriculum else max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))
     progress = (at - opt.warmup_steps) / max(1, opt.steps - opt.warmup_steps)
-    return peak * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+    return opt.lr * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
 def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path, trained_block_sizes: list[int]) -> None:
