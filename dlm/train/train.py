@@ -262,7 +262,7 @@ def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum
     3397 of 5000 steps stopped at 26% of the peak rate). A run ahead of that pace follows its step count alone.
     The warm-up and the curriculum always do: the first steps' seconds are mostly compiling, and a candidate's
     pace is the share of the cores the race leaves it, so on the clock the same seed had taken another rate
-    from its third step on in a race of four than alone beside one (a new draw of when copying emerges)."""
+    from its second step on in a race of four than beside one other (a new draw of when copying emerges)."""
     opt = run.train
     if step < opt.warmup_steps:
         return opt.lr * (step + 1) / opt.warmup_steps
