@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from dlm.train.config import RunConfig
-from dlm.train.loss_plot import write_race_plot
+from dlm.train.loss_plot import curriculum_losses, write_race_plot
 from dlm.train.train import TrainResult, run_tokenizer, train, training_corpus
 
 
@@ -42,9 +42,7 @@ def candidate_run(run: RunConfig, index: int) -> RunConfig:
 
 def curriculum_loss(state_path: Path, window: int) -> float:
     """Mean training loss over the last `window` steps of the curriculum in a saved run state."""
-    state = torch.load(state_path, weights_only=False)
-    end = state["phase_starts"][-1] or state["step"]
-    losses = state["losses"][:end][-window:]
+    losses = curriculum_losses(state_path)[-window:]
     return sum(losses) / len(losses)
 
 

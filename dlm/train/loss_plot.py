@@ -109,16 +109,17 @@ def write_run_plot(state_dir: Path, losses: list[float], phase_starts: list[int 
     return path
 
 
+def curriculum_losses(state_path: Path) -> list[float]:
+    """The loss of each curriculum step in a saved run state (all its steps, if the curriculum had not ended)."""
+    state = torch.load(state_path, weights_only=False)
+    return state["losses"][:state["phase_starts"][-1] or state["step"]]
+
+
 def write_race_plot(state_dir: Path, seeds: dict[int, Path], bar: float | None) -> Path:
     """`state_dir/race.svg`: each candidate's curriculum loss up to its last saved state (one stopped before
     its first checkpoint has none), and the bar they race to."""
-    curves = {}
-    for seed, state_path in seeds.items():
-        if not state_path.is_file():
-            continue
-        state = torch.load(state_path, weights_only=False)
-        end = state["phase_starts"][-1] or state["step"]
-        curves[f"seed {seed}"] = state["losses"][:end]
+    curves = {f"seed {seed}": curriculum_losses(state_path) for seed, state_path in seeds.items()
+              if state_path.is_file()}
     path = state_dir / "race.svg"
     path.write_text(loss_svg(curves, bar=bar, title="the copying curriculum, seed by seed"))
     return path

@@ -326,13 +326,13 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         if len(batch.labels) == 0:
             step += 1
             continue
-        rate = learning_rate(run, step, spent + time.monotonic() - started,
-                             in_curriculum=source.phases[-1].first_step is None)
+        in_curriculum = source.phases[-1].first_step is None  # the full mix has not begun
+        rate = learning_rate(run, step, spent + time.monotonic() - started, in_curriculum)
         for group in optimizer.param_groups:
             group["lr"] = rate
         losses.append(optimise(model, optimizer, batch, opt_cfg))
         step += 1
-        if source.phases[-1].first_step is None and (why := curriculum_over(run.curriculum, losses, step)):
+        if in_curriculum and (why := curriculum_over(run.curriculum, losses, step)):
             source.begin(len(source.phases) - 1, step)
             tqdm.write(f"the curriculum ends at step {step}: {why}")
         tokens_seen += batch.tokens
