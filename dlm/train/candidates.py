@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from dlm.train.config import RunConfig
-from dlm.train.loss_plot import curriculum_losses, write_race_plot
+from dlm.train.loss_plot import candidate_state_dir, curriculum_losses, write_race_plot
 from dlm.train.train import TrainResult, run_tokenizer, train, training_corpus
 
 
@@ -34,7 +34,7 @@ def candidate_run(run: RunConfig, index: int) -> RunConfig:
     """The run of candidate `index`: its own seed and state, one thread, stopping when the curriculum does."""
     candidate = copy.deepcopy(run)
     candidate.train.seed = run.train.seed + index
-    candidate.train.state_dir = str(Path(run.train.state_dir) / "candidates" / f"seed-{candidate.train.seed}")
+    candidate.train.state_dir = str(candidate_state_dir(Path(run.train.state_dir), candidate.train.seed))
     candidate.train.out_dir = str(Path(candidate.train.state_dir) / "model")
     candidate.train.threads = 1
     return candidate

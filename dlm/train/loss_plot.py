@@ -21,6 +21,17 @@ LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 50  # margins around the plotting area
 COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
 
 
+def candidate_state_dir(state_dir: Path, seed: int) -> Path:
+    """Where a race keeps the state of the candidate with `seed` (one name for the race and this picture)."""
+    return state_dir / "candidates" / f"seed-{seed}"
+
+
+def candidate_states(state_dir: Path) -> dict[int, Path]:
+    """The saved state of each candidate of the race run in `state_dir`, by seed."""
+    return {int(p.parent.name.removeprefix("seed-")): p
+            for p in sorted((state_dir / "candidates").glob("seed-*/state.pt"))}
+
+
 def smoothed(losses: list[float], window: int) -> list[float]:
     """The mean of each step's last `window` losses (fewer at the start): single steps are too noisy to read."""
     total, out = 0.0, []
@@ -135,8 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"error: {state_path}: no run state there\n")
     state = torch.load(state_path, weights_only=False)
     print(write_run_plot(args.state_dir, state["losses"], state["phase_starts"]))
-    seeds = {int(p.parent.name.removeprefix("seed-")): p
-             for p in sorted((args.state_dir / "candidates").glob("seed-*/state.pt"))}
+    seeds = candidate_states(args.state_dir)
     if seeds:
         print(write_race_plot(args.state_dir, seeds, state["config"]["curriculum"]["until_loss"] or None))
 
