@@ -86,11 +86,26 @@ class CurriculumConfig:
 
 
 @dataclass
+class FinishConfig:
+    """The run's last `steps` steps train on freshly drawn dialogues (`examples` of them, from data seed
+    `seed`) of a mix that weights some intents otherwise (`intent_weights`, over [data]'s): what a fine-tune
+    on that mix does after the run, inside the run and its time budget, at the low end of its learning
+    rate. It begins when the schedule is `steps` from its end (dlm.train.train.schedule_step: on the clock,
+    for a run behind pace)."""
+
+    steps: int = 0  # 0: no finish, the full mix to the end
+    examples: int = 20000
+    seed: int = 1  # other dialogues than [data]'s (seed 0) draws
+    intent_weights: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ShapeConfig = field(default_factory=ShapeConfig)
     train: OptimConfig = field(default_factory=OptimConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    finish: FinishConfig = field(default_factory=FinishConfig)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,14 +136,15 @@ def _section(cls: type, raw: dict[str, Any], name: str) -> Any:
 
 
 def from_dict(raw: dict[str, Any]) -> RunConfig:
-    unknown = set(raw) - {"data", "model", "train", "curriculum"}
+    unknown = set(raw) - {"data", "model", "train", "curriculum", "finish"}
     if unknown:
         raise RunConfigError(f"unknown config sections {', '.join(sorted(unknown))}; "
-                         "use [data], [model], [train], [curriculum]")
+                             "use [data], [model], [train], [curriculum], [finish]")
     run = RunConfig(_section(DataConfig, raw.get("data", {}), "data"),
                     _section(ShapeConfig, raw.get("model", {}), "model"),
                     _section(OptimConfig, raw.get("train", {}), "train"),
-                    _section(CurriculumConfig, raw.get("curriculum", {}), "curriculum"))
+                    _section(CurriculumConfig, raw.get("curriculum", {}), "curriculum"),
+                    _section(FinishConfig, raw.get("finish", {}), "finish"))
     if not run.train.block_sizes or any(not isinstance(b, int) or b < 1 for b in run.train.block_sizes):
         raise RunConfigError("[train] block_sizes must be a non-empty list of block sizes >= 1")
     if run.train.max_minutes <= 0:
@@ -143,8 +159,12 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise RunConfigError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
     if run.curriculum.until_loss and not run.curriculum.steps:
         raise RunConfigError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
+    if run.finish.steps and run.finish.steps + run.curriculum.steps >= run.train.steps:
+        raise RunConfigError("[finish] steps must leave room in [train] steps for the curriculum's most steps "
+                             "and some of the full mix")
     for section, intents, weights in (("data", run.data.intents, run.data.intent_weights),
-                                      ("curriculum", run.curriculum.intents, {})):
+                                      ("curriculum", run.curriculum.intents, {}),
+                                      ("finish", run.data.intents, run.finish.intent_weights)):
         try:
             check_mix(intents, weights)
         except ValueError as err:

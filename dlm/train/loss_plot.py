@@ -16,6 +16,8 @@ from xml.sax.saxutils import escape
 
 import torch
 
+from dlm.train.phases import FINISH, FULL, saved_phase_starts
+
 WIDTH, HEIGHT = 760, 360
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 50  # margins around the plotting area
 COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
@@ -107,14 +109,15 @@ def loss_svg(curves: dict[str, list[float]], marks: dict[str, int] | None = None
     return "\n".join(parts)
 
 
-def phase_marks(phase_starts: list[int | None]) -> dict[str, int]:
-    """Where the full mix began, when the run had a curriculum before it."""
-    start = phase_starts[-1] if len(phase_starts) > 1 else None
-    return {} if start is None else {f"full mix from step {start}": start}
+def phase_marks(phase_starts: dict[str, int | None]) -> dict[str, int]:
+    """Where each phase after the first began: the full mix after a curriculum, the finish."""
+    labels = {FULL: "full mix", FINISH: "finish"}
+    return {f"{labels[name]} from step {start}": start for name, start in phase_starts.items()
+            if name in labels and start}
 
 
-def write_run_plot(state_dir: Path, losses: list[float], phase_starts: list[int | None]) -> Path:
-    """`state_dir/loss.svg`: the run's loss, the start of the full mix marked."""
+def write_run_plot(state_dir: Path, losses: list[float], phase_starts: dict[str, int | None]) -> Path:
+    """`state_dir/loss.svg`: the run's loss, the start of each phase after the first marked."""
     path = state_dir / "loss.svg"
     path.write_text(loss_svg({"loss": losses}, phase_marks(phase_starts), title=f"training loss, {state_dir}"))
     return path
@@ -123,7 +126,7 @@ def write_run_plot(state_dir: Path, losses: list[float], phase_starts: list[int 
 def curriculum_losses(state_path: Path) -> list[float]:
     """The loss of each curriculum step in a saved run state (all its steps, if the curriculum had not ended)."""
     state = torch.load(state_path, weights_only=False)
-    return state["losses"][:state["phase_starts"][-1] or state["step"]]
+    return state["losses"][:saved_phase_starts(state)[FULL] or state["step"]]
 
 
 def write_race_plot(state_dir: Path, seeds: dict[int, Path], bar: float | None) -> Path:
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     if not state_path.is_file():
         parser.exit(2, f"error: {state_path}: no run state there\n")
     state = torch.load(state_path, weights_only=False)
-    print(write_run_plot(args.state_dir, state["losses"], state["phase_starts"]))
+    print(write_run_plot(args.state_dir, state["losses"], saved_phase_starts(state)))
     seeds = candidate_states(args.state_dir)
     if seeds:
         print(write_race_plot(args.state_dir, seeds, state["config"]["curriculum"]["until_loss"] or None))

@@ -28,6 +28,7 @@ from dlm.train.data import Example, generate
 from dlm.train.encode import DialogueEncoder, Encoded
 from dlm.train.loss_plot import write_run_plot
 from dlm.train.objective import Batch, diffusion_loss, make_batch
+from dlm.train.phases import CURRICULUM, FINISH, FULL, saved_phase_starts
 from dlm.train.tokenizer import IM_END, MASK, PAD, save_tokenizer, train_tokenizer
 
 
@@ -38,7 +39,7 @@ class TrainResult:
     losses: list[float]
     seconds: float
     out_dir: Path
-    phase_starts: list[int | None]  # the step each phase began at (None: never reached)
+    phase_starts: dict[str, int | None]  # the step each phase began at, by name (None: never reached)
 
 
 def model_config(run: RunConfig, tokenizer: Tokenizer) -> ModelConfig:
@@ -172,11 +173,12 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
 def prepare_data(run: RunConfig, state_dir: Path, resume: bool,
                  curriculum_only: bool = False) -> tuple[Tokenizer, list[Phase]]:
     """The tokenizer (reloaded when resuming, trained on the full corpus otherwise) and the run's phases:
-    the curriculum's corpus from step 0, if it has one, then the full corpus from a step the run decides.
-    A `curriculum_only` session never draws from the full corpus, so its phase is left empty (not encoded:
-    half a minute of one core saved for each candidate racing through the curriculum)."""
-    curriculum = run.curriculum
-    skip_full = curriculum_only and curriculum.steps > 0
+    the curriculum's corpus from step 0, if it has one, then the full corpus from a step the run decides,
+    then the finish's, if it has one, from another. A `curriculum_only` session never draws from the later
+    corpora, so their phases are left empty (not encoded: half a minute of one core saved for each candidate
+    racing through the curriculum)."""
+    curriculum, finish = run.curriculum, run.finish
+    skip_later = curriculum_only and curriculum.steps > 0
     corpus = functools.cache(lambda: training_corpus(run))  # generated once, and only if something needs it
     tokenizer = run_tokenizer(run, corpus, state_dir, resume)
     encoder = DialogueEncoder(tokenizer)
@@ -184,11 +186,16 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool,
     def encode(dialogues: list[Example]) -> list[Encoded]:
         return [enc for enc in map(encoder.encode, dialogues) if len(enc.ids) <= run.data.max_length]
 
-    full = Phase("full", None if curriculum.steps else 0, [] if skip_full else encode(corpus()))
-    if not curriculum.steps:
-        return tokenizer, [full]
-    opening = generate("train", curriculum.examples, run.data.seed, curriculum.intents)
-    return tokenizer, [Phase("curriculum", 0, encode(opening)), full]
+    phases = []
+    if curriculum.steps:
+        phases.append(Phase(CURRICULUM, 0, encode(generate("train", curriculum.examples, run.data.seed,
+                                                           curriculum.intents))))
+    phases.append(Phase(FULL, None if curriculum.steps else 0, [] if skip_later else encode(corpus())))
+    if finish.steps:
+        weights = {**run.data.intent_weights, **finish.intent_weights}
+        phases.append(Phase(FINISH, None, [] if skip_later else
+                            encode(generate("train", finish.examples, finish.seed, run.data.intents, weights))))
+    return tokenizer, phases
 
 
 def batch_schedule(encoded: list[Encoded], batch_size: int, seed: str, epoch: int) -> list[list[int]]:
@@ -222,12 +229,20 @@ class BatchSource:
         return max(i for i, phase in enumerate(self.phases) if phase.first_step is not None
                    and phase.first_step <= step)
 
-    def begin(self, index: int, step: int) -> None:
-        """Start phase `index` at `step` (the phases before it end there)."""
+    def begin(self, name: str, step: int) -> None:
+        """Start phase `name` at `step` (the phases before it end there)."""
+        index = next(i for i, phase in enumerate(self.phases) if phase.name == name)
         self.phases[index] = self.phases[index]._replace(first_step=step)
 
-    def starts(self) -> list[int | None]:
-        return [phase.first_step for phase in self.phases]
+    def started(self, name: str) -> bool:
+        return self.starts().get(name) is not None
+
+    def has(self, name: str) -> bool:
+        return name in self.starts()
+
+    def starts(self) -> dict[str, int | None]:
+        """Each phase's first step by name (None: not begun), as a run's state saves them."""
+        return {phase.name: phase.first_step for phase in self.phases}
 
     def batch(self, step: int) -> list[Encoded]:
         index = self.phase_index(step)
@@ -253,22 +268,46 @@ def curriculum_over(curriculum: CurriculumConfig, losses: list[float], steps_don
     return None
 
 
-def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum: bool = False) -> float:
-    """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first.
+def schedule_step(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum: bool = False) -> int:
+    """Where in its `steps` the run's schedule (learning rate, finish) stands after `step` steps and `seconds`
+    of training.
 
-    `seconds` is the training time spent so far. After the warm-up and the curriculum, a run behind the pace
-    that reaches `steps` at the time limit is scheduled as if at the step that pace would have reached, so a
-    machine too slow for `steps` still ends annealed instead of cut off at a high rate (a 2-core run that did
-    3397 of 5000 steps stopped at 26% of the peak rate). A run ahead of that pace follows its step count alone.
-    The warm-up and the curriculum always do: the first steps' seconds are mostly compiling, and a candidate's
-    pace is the share of the cores the race leaves it, so on the clock the same seed had taken another rate
-    from its second step on in a race of four than beside one other (a new draw of when copying emerges)."""
+    A run behind the pace that reaches `steps` at the time limit is scheduled as if at the step that pace
+    would have reached, so a machine too slow for `steps` still ends annealed instead of cut off at a high rate
+    (a 2-core run that did 3397 of 5000 steps stopped at 26% of the peak rate). A run ahead of that pace
+    follows its step count alone. The warm-up and the curriculum always do: the first steps' seconds are mostly
+    compiling, and a candidate's pace is the share of the cores the race leaves it, so on the clock the same
+    seed had taken another rate from its second step on in a race of four than beside one other (a new draw of
+    when copying emerges)."""
+    opt = run.train
+    if step < opt.warmup_steps or in_curriculum:
+        return step
+    return max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))
+
+
+def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum: bool = False) -> float:
+    """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first
+    (`schedule_step`)."""
     opt = run.train
     if step < opt.warmup_steps:
         return opt.lr * (step + 1) / opt.warmup_steps
-    at = step if in_curriculum else max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))
+    at = schedule_step(run, step, seconds, in_curriculum)
     progress = (at - opt.warmup_steps) / max(1, opt.steps - opt.warmup_steps)
     return opt.lr * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def next_phase(run: RunConfig, source: BatchSource, losses: list[float], step: int,
+               seconds: float) -> tuple[str, str] | None:
+    """The phase that begins after `step` steps and `seconds` of training and a line saying why, or None: the
+    full mix once the curriculum is over, the finish once the schedule is its `steps` from the end."""
+    if not source.started(FULL):
+        why = curriculum_over(run.curriculum, losses, step)
+        return (FULL, f"the full mix begins at step {step}: the curriculum is over, {why}") if why else None
+    if source.has(FINISH) and not source.started(FINISH):
+        at = schedule_step(run, step, seconds)
+        if at >= run.train.steps - run.finish.steps:
+            return FINISH, f"the finish begins at step {step}, {run.train.steps - at} scheduled steps from the end"
+    return None
 
 
 def export(model: Transformer, tokenizer: Tokenizer, out_dir: Path, trained_block_sizes: list[int]) -> None:
@@ -307,16 +346,16 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, losses, spent = state["step"], state["losses"], state.get("seconds", 0.0)
-        for index, first_step in enumerate(state["phase_starts"]):
+        for name, first_step in saved_phase_starts(state).items():
             if first_step is not None:
-                source.begin(index, first_step)
+                source.begin(name, first_step)
     started, tokens_seen = time.monotonic(), 0
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
     last = min(opt_cfg.steps, stop_after or opt_cfg.steps)
 
     def curriculum_only_and_over() -> bool:
-        return curriculum_only and source.phases[-1].first_step is not None
+        return curriculum_only and source.started(FULL)
 
     while step < last and not curriculum_only_and_over():
         step_rng = random.Random(f"{opt_cfg.seed}:step{step}")
@@ -326,15 +365,15 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         if len(batch.labels) == 0:
             step += 1
             continue
-        in_curriculum = source.phases[-1].first_step is None  # the full mix has not begun
+        in_curriculum = not source.started(FULL)
         rate = learning_rate(run, step, spent + time.monotonic() - started, in_curriculum)
         for group in optimizer.param_groups:
             group["lr"] = rate
         losses.append(optimise(model, optimizer, batch, opt_cfg))
         step += 1
-        if in_curriculum and (why := curriculum_over(run.curriculum, losses, step)):
-            source.begin(len(source.phases) - 1, step)
-            tqdm.write(f"the curriculum ends at step {step}: {why}")
+        if begins := next_phase(run, source, losses, step, spent + time.monotonic() - started):
+            source.begin(begins[0], step)
+            tqdm.write(begins[1])
         tokens_seen += batch.tokens
         elapsed = time.monotonic() - started
         bar.update(1)

@@ -10,6 +10,7 @@ from pathlib import Path
 from dlm.train.candidates import train_with_candidates
 from dlm.train.config import from_dict
 from dlm.train.loss_plot import log_ticks, loss_svg, smoothed, step_ticks
+from dlm.train.phases import saved_phase_starts
 from dlm.train.train import train
 from tests.dlm.test_train import tiny_run
 
@@ -50,12 +51,19 @@ def test_nothing_to_draw_says_so() -> None:
     assert "no steps yet" in texts(loss_svg({"loss": []}))
 
 
-def test_a_run_draws_its_loss_with_the_start_of_the_full_mix(tmp_path: Path) -> None:
-    result = train(from_dict(tiny_run(tmp_path, steps=12, curriculum_steps=5)), progress=False)
+def test_a_run_draws_its_loss_with_the_start_of_the_full_mix_and_of_the_finish(tmp_path: Path) -> None:
+    result = train(from_dict(tiny_run(tmp_path, steps=12, curriculum_steps=5, finish_steps=3)), progress=False)
     svg = (tmp_path / "state" / "loss.svg").read_text()
     (line,) = polylines(svg)
     assert len(line) == result.steps
-    assert "full mix from step 5" in texts(svg)
+    assert {"full mix from step 5", "finish from step 9"} <= set(texts(svg))
+
+
+def test_states_saved_before_the_finish_existed_read_the_same() -> None:
+    # those saved each phase's first step in a list: the curriculum's and the full mix's, or the full mix's
+    assert saved_phase_starts({"phase_starts": [0, 1301]}) == {"curriculum": 0, "full": 1301}
+    assert saved_phase_starts({"phase_starts": [0]}) == {"full": 0}
+    assert saved_phase_starts({"phase_starts": {"full": 0, "finish": None}}) == {"full": 0, "finish": None}
 
 
 def test_a_race_draws_each_seed_and_the_bar(tmp_path: Path) -> None:

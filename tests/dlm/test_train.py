@@ -17,7 +17,15 @@ from dlm.train.candidates import curriculum_loss, train_with_candidates
 from dlm.train.config import CurriculumConfig, RunConfig, from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
-from dlm.train.train import BatchSource, Phase, curriculum_over, learning_rate, prepare_data, train
+from dlm.train.train import (
+    BatchSource,
+    Phase,
+    curriculum_over,
+    learning_rate,
+    next_phase,
+    prepare_data,
+    train,
+)
 
 MASK, PAD = 3, 0
 
@@ -67,11 +75,13 @@ def test_everything_after_a_blocks_first_target_is_learned() -> None:
 
 
 def tiny_run(tmp: Path, steps: int, checkpoint_every: int = 10, curriculum_steps: int = 0,
-             until_loss: float = 0.0) -> dict:
+             until_loss: float = 0.0, finish_steps: int = 0) -> dict:
     curriculum = {"intents": ["repeat", "capital"], "steps": curriculum_steps, "examples": 40,
                   "until_loss": until_loss, "loss_window": 3}
+    finish = {"steps": finish_steps, "examples": 40, "intent_weights": {"spelling": 200.0}}
     return {
         "curriculum": curriculum if curriculum_steps else {},
+        "finish": finish if finish_steps else {},
         "data": {"train_examples": 240, "vocab_size": 400, "max_length": 256},
         "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 16,
                   "intermediate_size": 64, "block_size": 4},
@@ -157,7 +167,7 @@ def test_resume_continues_exactly(tmp_path: Path, curriculum_steps: int, until_l
     first = train(run("b"), progress=False, stop_after=6)
     resumed = train(run("b"), resume=True, progress=False)
     assert first.steps == 6 and resumed.steps == 12
-    assert straight.phase_starts[-1] == resumed.phase_starts[-1] == switch
+    assert straight.phase_starts["full"] == resumed.phase_starts["full"] == switch
     assert resumed.losses == straight.losses
     a = torch.load(tmp_path / "a" / "state" / "state.pt")["model"]
     b = torch.load(tmp_path / "b" / "state" / "state.pt")["model"]
@@ -187,7 +197,7 @@ def test_with_until_loss_the_first_candidate_under_it_wins(tmp_path: Path) -> No
     picked = train_with_candidates(from_dict(config), progress=False)
     state = torch.load(tmp_path / "state" / "state.pt")
     winner = state["config"]["train"]["seed"]
-    assert picked.phase_starts[-1] == 3 and picked.steps == 8
+    assert picked.phase_starts["full"] == 3 and picked.steps == 8
     raced = torch.load(tmp_path / "state" / "candidates" / f"seed-{winner}" / "state.pt")
     assert raced["step"] == 3 and state["losses"][:3] == raced["losses"]
 
@@ -227,7 +237,7 @@ def test_curriculum_only_stops_where_the_curriculum_ends_and_a_resume_goes_no_fu
     run = from_dict(tiny_run(tmp_path, steps=40, curriculum_steps=4))
     first = train(run, progress=False, curriculum_only=True)
     again = train(run, resume=True, progress=False, curriculum_only=True)
-    assert first.steps == again.steps == 4 and first.phase_starts == [0, 4]
+    assert first.steps == again.steps == 4 and first.phase_starts == {"curriculum": 0, "full": 4}
 
 
 def test_a_curriculum_only_session_leaves_the_full_corpus_unencoded(tmp_path: Path) -> None:
@@ -236,7 +246,7 @@ def test_a_curriculum_only_session_leaves_the_full_corpus_unencoded(tmp_path: Pa
     _, phases = prepare_data(run, tmp_path / "state", resume=True, curriculum_only=True)
     assert phases[0].corpus and phases[1].corpus == [] and phases[1].first_step is None
     source = BatchSource(phases, 8, seed=0)  # an empty phase no step reaches is allowed...
-    source.begin(1, 4)
+    source.begin("full", 4)
     with pytest.raises(RuntimeError, match="not loaded"):  # ...and says so if one does
         source.batch(4)
     _, full = prepare_data(run, tmp_path / "state", resume=True)
@@ -299,6 +309,51 @@ def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_th
     assert len(set(epoch)) == 28  # no dialogue twice within an epoch
     with pytest.raises(ValueError, match="cannot fill a batch of 16"):
         BatchSource([Phase("curriculum", 0, opening)], batch_size=16, seed=0)
+
+
+def test_the_finish_trains_the_last_steps_on_its_own_mix_and_resumes_inside_it(tmp_path: Path) -> None:
+    def run(name: str) -> RunConfig:
+        return from_dict(tiny_run(tmp_path / name, steps=12, curriculum_steps=4, finish_steps=4))
+
+    straight = train(run("a"), progress=False)
+    assert straight.phase_starts == {"curriculum": 0, "full": 4, "finish": 8}
+    train(run("b"), progress=False, stop_after=10)
+    resumed = train(run("b"), resume=True, progress=False)
+    assert resumed.phase_starts == straight.phase_starts and resumed.losses == straight.losses
+    # from step 8 on, the batches are the finish's: fresh dialogues of its mix, twice as many with a spelling
+    tokenizer, phases = prepare_data(run("a"), tmp_path / "a" / "state", resume=True)
+    full, finish = phases[1].corpus, phases[2].corpus
+    spelled = [sum("spell_word" in tokenizer.decode(item.ids) for item in corpus) / len(corpus)
+               for corpus in (full, finish)]
+    source = BatchSource(phases, 8, seed=0)
+    for name, step in straight.phase_starts.items():
+        source.begin(name, step)
+    assert all(any(item is drawn for item in finish) for drawn in source.batch(8))
+    assert not any(any(item is drawn for item in finish) for drawn in source.batch(7))
+    assert spelled[1] > spelled[0] + 0.25 and len(finish) <= 40 < len(full)
+
+
+def test_a_run_behind_the_pace_begins_its_finish_by_the_clock() -> None:
+    run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "max_minutes": 10.0}, "finish": {"steps": 200}})
+    item = Encoded(ids=[1, 2, 3], targets=[False, True, True])
+    source = BatchSource([Phase("full", 0, [item] * 4), Phase("finish", None, [item] * 4)], batch_size=4, seed=0)
+    assert next_phase(run, source, [], step=809, seconds=0.0) is None
+    assert next_phase(run, source, [], step=810, seconds=0.0) == (
+        "finish", "the finish begins at step 810, 200 scheduled steps from the end")
+    # step 100 at 81% of the time limit is scheduled as step 818: the finish's last 200 steps have begun
+    assert next_phase(run, source, [], step=100, seconds=486.0) == (
+        "finish", "the finish begins at step 100, 192 scheduled steps from the end")
+    source.begin("finish", 100)
+    assert next_phase(run, source, [], step=900, seconds=0.0) is None  # begun once
+
+
+def test_a_finish_that_leaves_no_room_or_names_an_unknown_intent_is_refused() -> None:
+    base = {"train": {"steps": 1000}, "curriculum": {"intents": ["repeat"], "steps": 300}}
+    assert from_dict(base | {"finish": {"steps": 600}}).finish.steps == 600
+    with pytest.raises(ValueError, match=r"\[finish\] steps must leave room"):
+        from_dict(base | {"finish": {"steps": 700}})
+    with pytest.raises(ValueError, match=r"\[finish\] unknown intents weather"):
+        from_dict(base | {"finish": {"steps": 10, "intent_weights": {"weather": 2.0}}})
 
 
 def test_a_curriculum_without_intents_is_refused() -> None:
