@@ -9,7 +9,7 @@ from pathlib import Path
 from dlm.cli_args import at_least_one
 from dlm.config import CheckpointError
 from dlm.train.candidates import train_with_candidates
-from dlm.train.config import RunConfig, RunConfigError, load_run_config
+from dlm.train.config import RunConfig, RunConfigError, check_finish, load_run_config
 from dlm.train.train import train
 
 
@@ -39,6 +39,7 @@ def _configured(args: argparse.Namespace) -> RunConfig:
     run = load_run_config(args.config)
     if args.steps is not None:
         run.train.steps = args.steps
+        check_finish(run)
     if args.out is not None:
         run.train.out_dir = args.out
     if args.init_from is not None:

@@ -159,9 +159,7 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise RunConfigError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
     if run.curriculum.until_loss and not run.curriculum.steps:
         raise RunConfigError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
-    if run.finish.steps and run.finish.steps + run.curriculum.steps >= run.train.steps:
-        raise RunConfigError("[finish] steps must leave room in [train] steps for the curriculum's most steps "
-                             "and some of the full mix")
+    check_finish(run)
     for section, intents, weights in (("data", run.data.intents, run.data.intent_weights),
                                       ("curriculum", run.curriculum.intents, {}),
                                       ("finish", run.data.intents, run.finish.intent_weights)):
@@ -170,6 +168,13 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         except ValueError as err:
             raise RunConfigError(f"[{section}] {err}") from None
     return run
+
+
+def check_finish(run: RunConfig) -> None:
+    """Refuse a finish as long as the run (`--steps` can shorten the run after the config was read)."""
+    if run.finish.steps >= run.train.steps:
+        raise RunConfigError(f"[finish] steps ({run.finish.steps}) must be under [train] steps "
+                             f"({run.train.steps}): lower it, or leave [finish] out")
 
 
 def load_run_config(path: str | Path) -> RunConfig:

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.train is not None:
         run = load_run_config(args.config)
         run.data.intents, run.data.train_examples = [PROBE_INTENT], args.examples
-        run.curriculum.steps = 0  # the whole run is on repeats already
+        run.curriculum.steps = run.finish.steps = 0  # the whole run is on repeats already
         run.train.steps, run.train.out_dir = args.train, f"{args.out}/checkpoint"
         run.train.state_dir = f"{args.out}/state"
         result = train(run)

@@ -56,6 +56,9 @@ def test_a_fresh_run_does_not_overwrite_a_run_in_its_state_dir(tmp_path: Path, r
 def test_bad_flags_and_paths(tmp_path: Path, refusal) -> None:
     assert "argument --steps: must be at least 1" in refusal("", "--steps", "0")  # had exported an untrained checkpoint
     assert "no such checkpoint directory" in refusal("", "--init-from", str(tmp_path / "nope"))
+    # configs/demo.toml's finish is 2000 steps: a shorter run would be finish from its first step
+    assert "[finish] steps (2000) must be under [train] steps (500): lower it" in refusal(
+        "", "--steps", "500", config=Path(__file__).resolve().parents[2] / "configs" / "demo.toml")
     assert "No such file" in refusal("", config=tmp_path / "missing.toml")
 
 
