@@ -95,7 +95,7 @@ class FinishConfig:
 
     steps: int = 0  # 0: no finish, the full mix to the end
     examples: int = 20000
-    seed: int = 1  # other dialogues than [data]'s (seed 0) draws
+    seed: int = 1  # the finish's data seed: other dialogues than [data] seed's
     intent_weights: dict[str, float] = field(default_factory=dict)
 
 

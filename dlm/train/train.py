@@ -371,11 +371,11 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
             group["lr"] = rate
         losses.append(optimise(model, optimizer, batch, opt_cfg))
         step += 1
-        if begins := next_phase(run, source, losses, step, spent + time.monotonic() - started):
+        elapsed = time.monotonic() - started
+        if begins := next_phase(run, source, losses, step, spent + elapsed):
             source.begin(begins[0], step)
             tqdm.write(begins[1])
         tokens_seen += batch.tokens
-        elapsed = time.monotonic() - started
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
                         block=block_size, corpus=source.phases[source.phase_index(step - 1)].name)
