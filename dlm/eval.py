@@ -12,7 +12,10 @@ Measures, on dialogues whose request templates and values never occur in trainin
 - tokens per forward pass at each effort.
 Replies are decoded as the product decodes them, with the copy bias toward the caller's words or the tool's
 result (`dlm.decoding.logit_bias`); `--copy-bias 0` measures the bare model.
-`--failures F` writes each dialogue still wrong that way (asked, expected, said, grounded call, reply).
+`--failures F` writes each dialogue still wrong that way, or whose free tool call was wrong (asked, expected,
+said, what was wrong with the call, grounded call, reply, and whether the answer was right in the end); the
+table counts the wrong free calls by what was wrong ("extra label": a label nobody asked for, "wrong
+country": a miscopied name).
 Without --model it evaluates the shipped checkpoint. `--threshold` / `--factor` decode every effort asked
 for (`--efforts`) with that rule instead of the effort's own, and `--confidence-order` commits each pass's
 most confident positions instead of a run of the leftmost, to compare rules on the same sample.
@@ -23,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,15 +200,40 @@ class Assistant:
         return True, value if isinstance(value, dict) else None
 
 
+def _normalised(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Arguments as compared: whitespace inside strings (an expression's spacing) ignored."""
+    return {k: "".join(v.split()) if isinstance(v, str) else v for k, v in arguments.items()}
+
+
 def same_call(got: dict[str, Any] | None, want: dict[str, Any]) -> bool:
     """Name and arguments equal (arguments as parsed JSON; whitespace inside expressions ignored)."""
     if not got or got.get("name") != want["name"] or not isinstance(got.get("arguments"), dict):
         return False
+    return _normalised(got["arguments"]) == _normalised(want["arguments"])
 
-    def norm(args: dict[str, Any]) -> dict[str, Any]:
-        return {k: "".join(v.split()) if isinstance(v, str) else v for k, v in args.items()}
 
-    return norm(got["arguments"]) == norm(want["arguments"])
+def call_error(emitted: bool, got: dict[str, Any] | None, want: dict[str, Any]) -> str | None:
+    """What is wrong with a free tool call, in the words a data tuner looks for (None: it is exact): no call,
+    invalid JSON, the wrong tool, or the first argument that is extra, missing or wrong ("extra label" is a
+    label nobody asked for, "wrong country" a miscopied name)."""
+    if same_call(got, want):
+        return None
+    if not emitted:
+        return "no call"
+    if got is None:
+        return "invalid JSON"
+    if got.get("name") != want["name"]:
+        return "wrong tool"
+    arguments = got.get("arguments")
+    if not isinstance(arguments, dict):
+        return "arguments not an object"
+    said, wanted = _normalised(arguments), _normalised(want["arguments"])
+    extra, missing = sorted(set(said) - set(wanted)), sorted(set(wanted) - set(said))
+    if extra:
+        return f"extra {extra[0]}"
+    if missing:
+        return f"missing {missing[0]}"
+    return f"wrong {min(key for key in wanted if said[key] != wanted[key])}"
 
 
 @dataclass
@@ -231,6 +259,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
     (calls grounded): what was asked, what was expected, what the model said freely, the grounded call and
     the reply, for whoever tunes the data or the model next."""
     examples = [example for example in sample if assistant.fits(example)]
+    call_errors: Counter[str] = Counter()  # the headline effort's wrong free calls, by what is wrong
     lead = DEFAULT_EFFORT if DEFAULT_EFFORT in efforts else efforts[0]  # the effort the headline figures are of
     tally = Tally()
     tokens = dict.fromkeys(efforts, 0)
@@ -242,7 +271,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         ask = example.last_user_index() + 1
         prompt = assistant.prompt(example, ask)
         answer_prompt = assistant.prompt(example, len(example.messages) - 1) if example.call else None
-        lead_correct, lead_ids, lead_reply, grounded_call = False, [], "", None  # the headline effort's
+        lead_correct, lead_ids, lead_reply, grounded_call, lead_error = False, [], "", None, None  # the headline's
         for effort in efforts:
             first = assistant.generate(prompt, effort, example.messages[:ask])
             tokens[effort] += len(first.ids)
@@ -264,6 +293,8 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
             if effort != lead:
                 continue
             lead_correct, lead_ids = correct, first.ids
+            lead_error = call_error(emitted, parsed, example.call) if example.call else None
+            call_errors.update([lead_error] if lead_error else [])
             lead_reply = assistant.text(reply.ids) if example.call else ""
         if example.call:
             forced = assistant.constrained_call(prompt, example.messages[:ask])
@@ -283,11 +314,12 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
             lead_correct = grounded_ok and example.reply_is_correct(lead_reply)
         tally.add("answer_correct_grounded", lead_correct)
         tally.add(f"answer_correct_grounded/{example.intent}", lead_correct)
-        if failures is not None and not lead_correct:
+        if failures is not None and (not lead_correct or lead_error):
             failures.append({"intent": example.intent, "asked": example.messages[ask - 1]["content"],
                              "expected_call": example.call, "expected_facts": list(example.facts),
                              "said": assistant.tokenizer.decode(lead_ids, skip_special=False),
-                             "grounded_call": grounded_call, "reply": lead_reply or None})
+                             "call_error": lead_error, "grounded_call": grounded_call, "reply": lead_reply or None,
+                             "correct": lead_correct})
     intents = sorted({e.intent for e in examples})
     return {
         "examples": len(examples),
@@ -300,6 +332,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         "tool_call_exact_constrained": tally.rate("tool_call_exact_constrained"),
         "tokens_per_forward": {e: tokens[e] / max(passes[e], 1) for e in efforts},
         "tokens_per_forward_constrained": constrained_tokens / max(constrained_passes, 1),
+        "tool_call_errors": dict(call_errors.most_common()),
         "tool_call_exact_api": tally.rate("tool_call_exact_api"),
         "api_draft_kept": tally.rate("api_draft_kept"),
         "tool_call_exact_grounded": tally.rate("tool_call_exact_grounded"),
@@ -338,6 +371,9 @@ def format_table(report: dict[str, Any]) -> str:
     calls, grounded = report["tool_call_exact_by_intent"], report["answer_correct_grounded_by_intent"]
     lines += [f"  {k:<26}{v:>10.1%}" + (f"{calls[k]:>10.1%}" if k in calls else f"{'':>10}") + f"{grounded[k]:>10.1%}"
               for k, v in report["answer_correct_by_intent"].items()]
+    errors = report["tool_call_errors"]
+    lines += ["", f"wrong free tool calls ({report['effort']}), by what is wrong: "
+              + (", ".join(f"{kind} {count}" for kind, count in errors.items()) or "none")]
     return "\n".join(lines)
 
 
@@ -348,7 +384,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="checkpoint directory (default: the demo)")
     parser.add_argument("--json", type=output_path, help="also write the figures to this JSON file")
     parser.add_argument("--failures", type=output_path, help="also write the dialogues the headline effort got wrong (calls "
-                                           "grounded) to this JSON-lines file: asked, expected, said")
+                                           "grounded), or whose free tool call was wrong, to this JSON-lines file: "
+                                           "asked, expected, said, call_error")
     parser.add_argument("--limit", type=at_least_one, default=200, help="held-out dialogues to evaluate")
     parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
     parser.add_argument("--threads", type=at_least_one, default=2)

@@ -4,6 +4,7 @@ through real tool calls."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import jsonschema
@@ -11,7 +12,7 @@ import pytest
 from safetensors import safe_open
 
 from dlm.engine import Engine
-from dlm.eval import DEFAULT_MODEL, Assistant, main, same_call
+from dlm.eval import DEFAULT_MODEL, Assistant, call_error, main, same_call
 from dlm.tools import ToolSession, tool_call_schema
 from dlm.train.data import Example, generate
 
@@ -147,7 +148,8 @@ def test_eval_cli_compares_rules_on_chosen_efforts(tmp_path: Path, capsys: pytes
           "--json", str(out), "--failures", str(failures)])
     report = json.loads(out.read_text())
     wrong = [json.loads(line) for line in failures.read_text().splitlines()]
-    assert len(wrong) == round((1 - report["answer_correct_grounded"]) * report["examples"])
+    assert sum(not w["correct"] for w in wrong) == round((1 - report["answer_correct_grounded"]) * report["examples"])
+    assert Counter(w["call_error"] for w in wrong if w["call_error"]) == report["tool_call_errors"]
     assert all({"intent", "asked", "expected_call", "said", "grounded_call", "reply"} <= set(w) for w in wrong)
     assert report["effort"] == "medium" and report["rule"] == {"factor": 1.0, "in_order": False}
     assert list(report["tokens_per_forward"]) == ["medium"] and report["tokens_per_forward"]["medium"] > 0
@@ -160,6 +162,26 @@ def test_eval_cli_compares_rules_on_chosen_efforts(tmp_path: Path, capsys: pytes
         with pytest.raises(SystemExit) as exit_info:
             main(["--limit", "1", *bad])
         assert exit_info.value.code == 2
+
+
+def test_call_errors_name_what_a_wrong_call_got_wrong() -> None:
+    """The eval's breakdown of wrong free calls: the first thing wrong, in a data tuner's words."""
+    want = {"name": "set_timer", "arguments": {"amount": 16, "unit": "minutes"}}
+    cases = [
+        (True, {"name": "set_timer", "arguments": {"unit": "minutes", "amount": 16}}, None),
+        (False, None, "no call"),
+        (True, None, "invalid JSON"),
+        (True, {"name": "list_timers", "arguments": {}}, "wrong tool"),
+        (True, {"name": "set_timer", "arguments": [16]}, "arguments not an object"),
+        (True, {"name": "set_timer", "arguments": {"amount": 16, "unit": "minutes", "label": "bre"}}, "extra label"),
+        (True, {"name": "set_timer", "arguments": {"amount": 16}}, "missing unit"),
+        (True, {"name": "set_timer", "arguments": {"amount": 6, "unit": "minute"}}, "wrong amount"),
+        (True, {"name": "set_timer", "arguments": {"amount": 16, "unit": "hours"}}, "wrong unit"),
+    ]
+    assert [call_error(emitted, got, want) for emitted, got, _ in cases] == [kind for *_, kind in cases]
+    spaced = {"name": "calculator", "arguments": {"expression": "51 - 22"}}
+    assert call_error(True, {"name": "calculator", "arguments": {"expression": "51-22"}}, spaced) is None
+    assert call_error(True, {"name": "calculator", "arguments": {"expression": "51 ** 22"}}, spaced) == "wrong expression"
 
 
 def test_eval_leaves_out_dialogues_longer_than_the_context(assistant: Assistant) -> None:
