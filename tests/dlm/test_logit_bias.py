@@ -47,6 +47,18 @@ def test_the_longest_committed_tail_picks_the_phrase_continuation(engine: Engine
     assert logits[0, a] == 4.0
 
 
+def test_a_copy_that_ends_its_phrase_is_not_led_on(engine: Engine) -> None:
+    """After "22" the phrase "22" is complete: its shorter tail "2" (which "22" continues) must not favour a
+    third "2" (the checkpoint in budget had written "10 - 222" for "22")."""
+    vocab = engine.model.cfg.vocab_size
+    two, three = ids(engine, "2", "3")
+    bias = LogitBias.copying(["22"], engine.tokenizer.encode, follow=4.0)
+    assert boosted(bias, vocab, [two]) == {two}
+    assert boosted(bias, vocab, [two, two]) == set()
+    both = LogitBias.copying(["22", "223"], engine.tokenizer.encode, follow=4.0)
+    assert boosted(both, vocab, [two, two]) == {three}  # ends one phrase, goes on in another
+
+
 def test_a_run_decided_in_one_pass_follows_the_phrase_along_its_length(engine: Engine) -> None:
     """Three masked positions after "co": the first is biased to "pen" and, counted as "pen", the second to
     "ha" and the third to "gen", where each row's own logits would have said "x"."""
