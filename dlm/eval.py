@@ -256,8 +256,9 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
              failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The figures over the dialogues of `sample` that fit the model's context (`too_long` counts the rest).
     `failures`, when given, receives each dialogue the headline effort got wrong as the product decodes it
-    (calls grounded): what was asked, what was expected, what the model said freely, the grounded call and
-    the reply, for whoever tunes the data or the model next."""
+    (calls grounded), or whose free call was wrong: what was asked, what was expected, what the model said
+    freely and what was wrong with its call, the grounded call and the reply, for whoever tunes the data or the
+    model next."""
     examples = [example for example in sample if assistant.fits(example)]
     call_errors: Counter[str] = Counter()  # the headline effort's wrong free calls, by what is wrong
     lead = DEFAULT_EFFORT if DEFAULT_EFFORT in efforts else efforts[0]  # the effort the headline figures are of
