@@ -429,6 +429,8 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     if failures is not None:
         Path(args.failures).write_text("".join(json.dumps(f) + "\n" for f in failures))
+        print(f"{len(failures)} dialogues to look at in {args.failures} "
+              f"({sum(not f['correct'] for f in failures)} wrong as the product decodes them)")
 
 
 if __name__ == "__main__":

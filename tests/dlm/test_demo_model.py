@@ -156,7 +156,8 @@ def test_eval_cli_compares_rules_on_chosen_efforts(tmp_path: Path, capsys: pytes
     assert all(0 <= report[k] <= 1 for k in ("tool_call_exact", "answer_correct", "valid_json_constrained",
                                              "tool_call_exact_grounded", "answer_correct_grounded")
                if report[k] == report[k])  # NaN when the sample holds no tool question
-    assert "by intent (medium):" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "by intent (medium):" in printed and f"{len(wrong)} dialogues to look at in {failures}" in printed
     assert set(report["tool_call_exact_by_intent"]) <= set(report["answer_correct_by_intent"])
     for bad in (["--efforts", "fast"], ["--threshold", "0.9", "--factor", "1.0"]):
         with pytest.raises(SystemExit) as exit_info:
