@@ -230,8 +230,12 @@ class BatchSource:
                    and phase.first_step <= step)
 
     def begin(self, name: str, step: int) -> None:
-        """Start phase `name` at `step` (the phases before it end there)."""
-        index = next(i for i, phase in enumerate(self.phases) if phase.name == name)
+        """Start phase `name` at `step` (the phases before it end there). A phase the run does not have is refused:
+        a saved state that began one (a finish) resumed under a config without it."""
+        index = next((i for i, phase in enumerate(self.phases) if phase.name == name), None)
+        if index is None:
+            raise RunConfigError(f"the run has no {name} phase to begin at step {step} (phases: "
+                                 f"{', '.join(self.starts())}): resume it with the config it was started with")
         self.phases[index] = self.phases[index]._replace(first_step=step)
 
     def started(self, name: str) -> bool:

@@ -333,6 +333,13 @@ def test_the_finish_trains_the_last_steps_on_its_own_mix_and_resumes_inside_it(t
     assert spelled[1] > spelled[0] + 0.25 and len(finish) <= 40 < len(full)
 
 
+def test_resuming_a_begun_finish_without_one_in_the_config_is_refused(tmp_path: Path) -> None:
+    """A state whose finish had begun, resumed under a config with no [finish]: a clear refusal, not a traceback."""
+    train(from_dict(tiny_run(tmp_path, steps=12, curriculum_steps=4, finish_steps=4)), progress=False, stop_after=10)
+    with pytest.raises(ValueError, match=r"the run has no finish phase to begin at step 8 \(phases: curriculum, full\)"):
+        train(from_dict(tiny_run(tmp_path, steps=12, curriculum_steps=4)), resume=True, progress=False)
+
+
 def test_a_run_behind_the_pace_begins_its_finish_by_the_clock() -> None:
     run = from_dict({"train": {"steps": 1010, "warmup_steps": 10, "max_minutes": 10.0}, "finish": {"steps": 200}})
     item = Encoded(ids=[1, 2, 3], targets=[False, True, True])
