@@ -295,7 +295,8 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
                 continue
             lead_correct, lead_ids = correct, first.ids
             lead_error = call_error(emitted, parsed, example.call) if example.call else None
-            call_errors.update([lead_error] if lead_error else [])
+            if lead_error:
+                call_errors[lead_error] += 1
             lead_reply = assistant.text(reply.ids) if example.call else ""
         if example.call:
             forced = assistant.constrained_call(prompt, example.messages[:ask])
