@@ -19,6 +19,8 @@ country": a miscopied name).
 Without --model it evaluates the shipped checkpoint. `--threshold` / `--factor` decode every effort asked
 for (`--efforts`) with that rule instead of the effort's own, and `--confidence-order` commits each pass's
 most confident positions instead of a run of the leftmost, to compare rules on the same sample.
+`--samples` evaluates several samples (alone: the four docs/demo-model.md averages over) and prints each one's
+headline figures and their mean (`dlm.eval_samples`); its JSON holds each sample's report and the mean.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from dlm.decoding.logit_bias import COPY_FOLLOW, LogitBias, reply_copy_bias
 from dlm.decoding.schedule import align_up
 from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
+from dlm.eval_samples import DOCS_SAMPLES, Sample, format_summary, intent_rows, mean_report, parse_samples
 from dlm.kv_cache import KVCache
 from dlm.tools import tool_call_schema
 from dlm.tools.grounding import results_text, settle_call
@@ -370,9 +373,7 @@ def format_table(report: dict[str, Any]) -> str:
               f"{'answer_correct_grounded':<28}{report['answer_correct_grounded']:>10.1%}",
               f"{'grounded_redone':<28}{report['grounded_redone']:>10.1%}", "",
               f"by intent ({report['effort']}):{'answer':>18}{'tool call':>10}{'grounded':>10}"]
-    calls, grounded = report["tool_call_exact_by_intent"], report["answer_correct_grounded_by_intent"]
-    lines += [f"  {k:<26}{v:>10.1%}" + (f"{calls[k]:>10.1%}" if k in calls else f"{'':>10}") + f"{grounded[k]:>10.1%}"
-              for k, v in report["answer_correct_by_intent"].items()]
+    lines += intent_rows(report)
     errors = report["tool_call_errors"]
     lines += ["", f"wrong free tool calls ({report['effort']}), by what is wrong: "
               + (", ".join(f"{kind} {count}" for kind, count in errors.items()) or "none")]
@@ -388,8 +389,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--failures", type=output_path, help="also write the dialogues the headline effort got wrong (calls "
                                            "grounded), or whose free tool call was wrong, to this JSON-lines file: "
                                            "asked, expected, said, call_error")
-    parser.add_argument("--limit", type=at_least_one, default=200, help="held-out dialogues to evaluate")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the held-out sample")
+    parser.add_argument("--limit", type=at_least_one, help="held-out dialogues to evaluate (default 200)")
+    parser.add_argument("--seed", type=int, help="seed of the held-out sample (default 1)")
+    parser.add_argument("--samples", type=parse_samples, nargs="?", const=parse_samples(DOCS_SAMPLES),
+                        help=f"several samples instead, LIMIT:SEED,...: each one's headline figures and their "
+                             f"mean (alone: {DOCS_SAMPLES}, the four docs/demo-model.md averages over)")
     parser.add_argument("--threads", type=at_least_one, default=2)
     parser.add_argument("--block-size", type=at_least_one, help="decode with this block size instead of the config's")
     parser.add_argument("--efforts", default=",".join(EFFORTS),
@@ -408,6 +412,9 @@ def main(argv: list[str] | None = None) -> None:
     efforts = tuple(e.strip() for e in args.efforts.split(",") if e.strip())
     if not efforts or set(efforts) - set(EFFORTS):
         parser.error(f"--efforts takes some of {', '.join(EFFORTS)}, got {args.efforts!r}")
+    if args.samples and (args.limit is not None or args.seed is not None):
+        parser.error("--samples names each sample's size and seed: leave out --limit and --seed")
+    samples = args.samples or [Sample(args.limit or 200, 1 if args.seed is None else args.seed)]
     torch.set_num_threads(args.threads)
     started = time.monotonic()
     rule: dict[str, Any] = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
@@ -419,15 +426,25 @@ def main(argv: list[str] | None = None) -> None:
         raise refusal(str(err)) from None
     assistant = Assistant(engine, args.block_size, rule, args.copy_bias)
     failures: list[dict[str, Any]] | None = [] if args.failures else None
-    report = evaluate(assistant, generate("heldout", args.limit, args.seed), efforts, failures)
-    report["rule"] = rule or "each effort's own"
-    report["copy_bias"] = args.copy_bias
-    report["seconds"] = round(time.monotonic() - started, 1)
-    report["model"] = args.model
-    report["block_size"] = args.block_size or assistant.model.cfg.block_size
-    print(format_table(report))
+    reports = []
+    for sample in samples:
+        found: list[dict[str, Any]] | None = None if failures is None else []
+        report = evaluate(assistant, generate("heldout", sample.limit, sample.seed), efforts, found)
+        report |= {"limit": sample.limit, "seed": sample.seed, "rule": rule or "each effort's own",
+                   "copy_bias": args.copy_bias, "seconds": round(time.monotonic() - started, 1),
+                   "model": args.model, "block_size": args.block_size or assistant.model.cfg.block_size}
+        started = time.monotonic()
+        reports.append(report)
+        if failures is not None and found:
+            failures += [{"sample": str(sample), **f} for f in found] if len(samples) > 1 else found
+    if len(samples) == 1:
+        result: dict[str, Any] = reports[0]
+        print(format_table(result))
+    else:
+        result = {"samples": reports, "mean": mean_report(reports)}
+        print(format_summary(samples, reports, result["mean"]))
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if failures is not None:
         Path(args.failures).write_text("".join(json.dumps(f) + "\n" for f in failures))
         print(f"{len(failures)} dialogues to look at in {args.failures} "

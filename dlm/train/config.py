@@ -25,6 +25,9 @@ class DataConfig:
     intent_weights: dict[str, float] = field(default_factory=dict)  # override INTENTS' sampling weights
     max_token_length: int = 0  # BpeTrainer's limit on a token's characters (0: none); tokenizers 0.21 keeps
     # every token shorter than it (huggingface/tokenizers#1461)
+    tokenizer: str = ""  # a tokenizer.json to use rather than train one on the corpus (a run's own
+    # state_dir/tokenizer.json): a change to the data then changes only the data, not every token id and with
+    # them the initial weights and the copying race (see dlm.train.train.run_tokenizer)
 
 
 @dataclass
@@ -159,6 +162,9 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise RunConfigError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
     if run.curriculum.until_loss and not run.curriculum.steps:
         raise RunConfigError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
+    if run.data.tokenizer and run.train.init_from:
+        raise RunConfigError("[data] tokenizer and [train] init_from both name a tokenizer: a fine-tune keeps its "
+                             "checkpoint's, so leave [data] tokenizer out")
     check_finish(run)
     for section, intents, weights in (("data", run.data.intents, run.data.intent_weights),
                                       ("curriculum", run.curriculum.intents, {}),

@@ -29,7 +29,7 @@ from dlm.train.encode import DialogueEncoder, Encoded
 from dlm.train.loss_plot import write_run_plot
 from dlm.train.objective import Batch, diffusion_loss, make_batch
 from dlm.train.phases import CURRICULUM, FINISH, FULL, saved_phase_starts
-from dlm.train.tokenizer import IM_END, MASK, PAD, save_tokenizer, train_tokenizer
+from dlm.train.tokenizer import IM_END, MASK, PAD, SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 
 
 @dataclass
@@ -151,11 +151,18 @@ def training_corpus(run: RunConfig) -> list[Example]:
 
 def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir: Path, resume: bool) -> Tokenizer:
     """The run's tokenizer: reloaded from state_dir when resuming, the fine-tuned checkpoint's with
-    `init_from`, else trained on `corpus()` (only called then); saved in state_dir."""
+    `init_from`, [data] `tokenizer` when it names one, else trained on `corpus()` (only called then); saved
+    in state_dir.
+
+    A tokenizer trained on the corpus follows every change to it: one more chat template moved 15 of the
+    2048 tokens and with them the ids of 1258 others, so the initial weights, and seed 0's copying in the
+    race came after step 1800 rather than at 1301. Naming an earlier run's tokenizer keeps all of that."""
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
         return Tokenizer.from_file(str(tok_path))
-    if run.train.init_from:
+    if run.data.tokenizer:
+        tokenizer = given_tokenizer(Path(run.data.tokenizer), run.data.vocab_size)
+    elif run.train.init_from:
         source = Path(run.train.init_from) / "tokenizer.json"
         if not source.is_file():
             raise RunConfigError(f"[train] init_from {run.train.init_from}: no tokenizer.json there")
@@ -167,6 +174,21 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
                                     run.data.max_token_length)
     state_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(tok_path))
+    return tokenizer
+
+
+def given_tokenizer(path: Path, vocab_size: int) -> Tokenizer:
+    """The tokenizer in `path`, if it is one the run can use: the project's special tokens, `vocab_size` tokens."""
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as err:  # the tokenizers library raises a bare Exception for a missing or malformed file
+        raise RunConfigError(f"[data] tokenizer {path}: not a tokenizer.json ({err})") from None
+    missing = [token for token in SPECIAL_TOKENS if tokenizer.token_to_id(token) is None]
+    if missing:
+        raise RunConfigError(f"[data] tokenizer {path}: lacks the special tokens {', '.join(missing)}")
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise RunConfigError(f"[data] tokenizer {path} has {tokenizer.get_vocab_size()} tokens, "
+                             f"[data] vocab_size is {vocab_size}")
     return tokenizer
 
 

@@ -165,6 +165,34 @@ def test_eval_cli_compares_rules_on_chosen_efforts(tmp_path: Path, capsys: pytes
         assert exit_info.value.code == 2
 
 
+def test_eval_over_several_samples_prints_each_and_their_mean(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m dlm.eval --samples 3:3,2:5`: each sample's report as `--limit N --seed S` makes it, and the
+    mean of their rates (each sample counts once), the wrong calls' kinds summed, failures named by sample."""
+    out, single, failures = tmp_path / "eval.json", tmp_path / "single.json", tmp_path / "failures.jsonl"
+    main(["--samples", "3:3,2:5", "--efforts", "medium", "--json", str(out), "--failures", str(failures)])
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    first, second = result["samples"]
+    assert (first["limit"], first["seed"], second["limit"], second["seed"]) == (3, 3, 2, 5)
+    main(["--limit", "2", "--seed", "5", "--efforts", "medium", "--json", str(single)])
+    alone = json.loads(single.read_text())
+    for key in ("answer_correct", "answer_correct_grounded", "tool_call_errors", "answer_correct_by_intent"):
+        assert alone[key] == second[key]
+    mean = result["mean"]
+    assert mean["answer_correct"] == pytest.approx((first["answer_correct"] + second["answer_correct"]) / 2)
+    assert mean["tool_call_errors"] == dict(Counter(first["tool_call_errors"]) + Counter(second["tool_call_errors"]))
+    assert set(mean["answer_correct_by_intent"]) == set(first["answer_correct_by_intent"]) | set(
+        second["answer_correct_by_intent"])
+    rows = [word for line in printed.splitlines() for word in line.split()[:1] if ":" in word or word == "mean"]
+    assert rows == ["3:3", "2:5", "mean"]
+    assert {json.loads(line)["sample"] for line in failures.read_text().splitlines()} <= {"3:3", "2:5"}
+    for bad in (["--samples", "3"], ["--samples", "3:1,3:1"], ["--samples", "0:1"], ["--samples", "2:1", "--limit", "2"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(bad)
+        assert exit_info.value.code == 2
+
+
 def test_call_errors_name_what_a_wrong_call_got_wrong() -> None:
     """The eval's breakdown of wrong free calls: the first thing wrong, in a data tuner's words."""
     want = {"name": "set_timer", "arguments": {"amount": 16, "unit": "minutes"}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -10,13 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from tokenizers import Tokenizer, models
 
 from dlm.checkpoint import load_checkpoint
 from dlm.model import block_causal_mask, sdpa
 from dlm.train.candidates import curriculum_loss, train_with_candidates
-from dlm.train.config import CurriculumConfig, RunConfig, from_dict
+from dlm.train.config import CurriculumConfig, RunConfig, RunConfigError, from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
+from dlm.train.tokenizer import train_tokenizer
 from dlm.train.train import (
     BatchSource,
     Phase,
@@ -118,6 +121,38 @@ def test_fine_tuning_starts_from_the_checkpoint_and_keeps_its_tokenizer(tmp_path
     config["model"]["hidden_size"] = 64
     with pytest.raises(ValueError, match="init_from .* its shape is not the run's"):
         train(from_dict(config), progress=False)
+
+
+def test_a_named_tokenizer_is_kept_whatever_the_data(tmp_path: Path) -> None:
+    """[data] tokenizer: another mix trains on the named run's tokenizer, where on its own it would train another."""
+    base = train(from_dict(tiny_run(tmp_path / "base", steps=2)), progress=False)
+    given = base.out_dir.parent / "state" / "tokenizer.json"
+    other = tiny_run(tmp_path / "other", steps=2)
+    other["data"] |= {"seed": 1, "intent_weights": {"capabilities": 50.0}}
+    fresh = train(from_dict(other), progress=False)
+    other["data"]["tokenizer"] = str(given)
+    other["train"] |= {"out_dir": str(tmp_path / "kept" / "out"), "state_dir": str(tmp_path / "kept" / "state")}
+    kept = train(from_dict(other), progress=False)
+    assert (kept.out_dir / "tokenizer.json").read_text() == (base.out_dir / "tokenizer.json").read_text()
+    assert (fresh.out_dir / "tokenizer.json").read_text() != (base.out_dir / "tokenizer.json").read_text()
+
+
+def test_a_named_tokenizer_the_run_cannot_use_is_refused_in_one_line(tmp_path: Path) -> None:
+    small = tmp_path / "small.json"
+    tokens = train_tokenizer(["what can you do", "how are you"], 300)
+    tokens.save(str(small))
+    plain = tmp_path / "plain.json"
+    Tokenizer(models.BPE()).save(str(plain))
+    for path, why in ((tmp_path / "missing.json", "not a tokenizer.json"),
+                      (plain, "lacks the special tokens <|endoftext|>, <|im_start|>"),
+                      (small, f"has {tokens.get_vocab_size()} tokens, [data] vocab_size is 400")):
+        config = tiny_run(tmp_path, steps=2)
+        config["data"]["tokenizer"] = str(path)
+        with pytest.raises(RunConfigError, match=re.escape(why)):
+            train(from_dict(config), progress=False)
+    config["train"]["init_from"] = str(tmp_path)
+    with pytest.raises(RunConfigError, match="both name a tokenizer"):
+        from_dict(config)
 
 
 def test_a_compiled_run_trains_as_the_eager_one_does(tmp_path: Path) -> None:
