@@ -86,6 +86,9 @@ class CurriculumConfig:
     until_loss: float = 0.0  # 0: always run all `steps`
     loss_window: int = 100
     candidates: int = 1  # seeds that run the curriculum side by side, one thread each; the best goes on
+    cosine_steps: int = 0  # the length of the cosine the curriculum's learning rate follows (0: [train] steps,
+    # the rest of the run's): fixed, [train] steps can change without changing the curriculum's rates and with
+    # them when each seed's copying emerges (docs/demo-model.md, N and S)
 
 
 @dataclass
@@ -160,6 +163,9 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise RunConfigError("[curriculum] until_loss must be >= 0 and loss_window >= 1")
     if run.curriculum.candidates < 1 or (run.curriculum.candidates > 1 and not run.curriculum.steps):
         raise RunConfigError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
+    if run.curriculum.cosine_steps < 0 or (run.curriculum.cosine_steps and
+                                           run.curriculum.cosine_steps <= run.train.warmup_steps):
+        raise RunConfigError("[curriculum] cosine_steps must be 0 (the run's steps) or more than [train] warmup_steps")
     if run.curriculum.until_loss and not run.curriculum.steps:
         raise RunConfigError("[curriculum] until_loss needs steps: the most steps the curriculum may take")
     if run.data.tokenizer and run.train.init_from:

@@ -313,12 +313,13 @@ def schedule_step(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum
 
 def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum: bool = False) -> float:
     """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first
-    (`schedule_step`)."""
+    (`schedule_step`); in the curriculum, a cosine `[curriculum] cosine_steps` long when it names one."""
     opt = run.train
     if step < opt.warmup_steps:
         return opt.lr * (step + 1) / opt.warmup_steps
     at = schedule_step(run, step, seconds, in_curriculum)
-    progress = (at - opt.warmup_steps) / max(1, opt.steps - opt.warmup_steps)
+    length = (in_curriculum and run.curriculum.cosine_steps) or opt.steps
+    progress = (at - opt.warmup_steps) / max(1, length - opt.warmup_steps)
     return opt.lr * (opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 

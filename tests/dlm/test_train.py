@@ -311,6 +311,20 @@ def test_the_warm_up_and_the_curriculum_follow_their_steps_whatever_the_clock_sa
     assert learning_rate(run, 300, seconds=400.0) < learning_rate(run, 300)  # the full mix keeps to the clock
 
 
+def test_a_curriculum_with_its_own_cosine_keeps_its_rates_whatever_the_runs_length() -> None:
+    def run(steps: int, cosine_steps: int = 0) -> RunConfig:
+        return from_dict({"train": {"steps": steps, "warmup_steps": 10, "lr": 1e-3},
+                          "curriculum": {"intents": ["repeat"], "steps": 500, "cosine_steps": cosine_steps}})
+
+    short, long, long_fixed = run(1010), run(2010), run(2010, cosine_steps=1010)
+    assert learning_rate(long, 300, in_curriculum=True) > learning_rate(short, 300, in_curriculum=True)
+    for step in (2, 10, 300, 499):
+        assert learning_rate(long_fixed, step, in_curriculum=True) == learning_rate(short, step, in_curriculum=True)
+    assert learning_rate(long_fixed, 600) == learning_rate(long, 600)  # the full mix follows the run's steps
+    with pytest.raises(RunConfigError, match="cosine_steps"):
+        run(1010, cosine_steps=5)
+
+
 def test_the_loop_tells_the_schedule_which_steps_are_the_curriculums(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     rates: list[tuple[int, bool]] = []
