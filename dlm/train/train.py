@@ -154,7 +154,7 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
     `init_from`, [data] `tokenizer` when it names one, else trained on `corpus()` (only called then); saved
     in state_dir.
 
-    A tokenizer trained on the corpus follows every change to it: one more chat template moved 15 of the
+    A tokenizer trained on the corpus follows every change to it: 39 more chat templates moved 15 of the
     2048 tokens and with them the ids of 1258 others, so the initial weights, and seed 0's copying in the
     race came after step 1800 rather than at 1301. Naming an earlier run's tokenizer keeps all of that."""
     tok_path = state_dir / "tokenizer.json"
