@@ -47,7 +47,15 @@ from dlm.decoding.logit_bias import COPY_FOLLOW, LogitBias, reply_copy_bias
 from dlm.decoding.schedule import align_up
 from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
-from dlm.eval_samples import DOCS_SAMPLES, Sample, format_summary, intent_rows, mean_report, parse_samples
+from dlm.eval_samples import (
+    DOCS_SAMPLES,
+    Sample,
+    call_errors_line,
+    format_summary,
+    intent_rows,
+    mean_report,
+    parse_samples,
+)
 from dlm.kv_cache import KVCache
 from dlm.tools import tool_call_schema
 from dlm.tools.grounding import results_text, settle_call
@@ -374,9 +382,7 @@ def format_table(report: dict[str, Any]) -> str:
               f"{'grounded_redone':<28}{report['grounded_redone']:>10.1%}", "",
               f"by intent ({report['effort']}):{'answer':>18}{'tool call':>10}{'grounded':>10}"]
     lines += intent_rows(report)
-    errors = report["tool_call_errors"]
-    lines += ["", f"wrong free tool calls ({report['effort']}), by what is wrong: "
-              + (", ".join(f"{kind} {count}" for kind, count in errors.items()) or "none")]
+    lines += ["", call_errors_line(report["effort"], report["tool_call_errors"])]
     return "\n".join(lines)
 
 

@@ -77,6 +77,12 @@ def intent_rows(report: dict[str, Any], width: int = 26) -> list[str]:
             for k, v in report["answer_correct_by_intent"].items()]
 
 
+def call_errors_line(effort: str, errors: dict[str, int], scope: str = "") -> str:
+    """The wrong free calls counted by what is wrong with each, most common first."""
+    kinds = ", ".join(f"{kind} {count}" for kind, count in errors.items()) or "none"
+    return f"wrong free tool calls ({effort}){scope}, by what is wrong: {kinds}"
+
+
 def format_summary(samples: list[Sample], reports: list[dict[str, Any]], mean: dict[str, Any]) -> str:
     effort = reports[0]["effort"]
     header = f"{'sample':<10}{'dialogues':>10}{'calls':>9}{'answers':>9}{'grounded calls':>16}{'answers':>9}{'tok/pass':>10}"
@@ -91,7 +97,5 @@ def format_summary(samples: list[Sample], reports: list[dict[str, Any]], mean: d
     lines += [row("mean", str(sum(r["examples"] for r in reports)), mean, mean["tokens_per_forward"]), "",
               f"by intent, mean over the samples:{'answer':>12}{'tool call':>10}{'grounded':>10}"]
     lines += intent_rows(mean, width=31)
-    errors = mean["tool_call_errors"]
-    lines += ["", f"wrong free tool calls ({effort}) over the samples, by what is wrong: "
-              + (", ".join(f"{kind} {count}" for kind, count in errors.items()) or "none")]
+    lines += ["", call_errors_line(effort, mean["tool_call_errors"], " over the samples")]
     return "\n".join(lines)
