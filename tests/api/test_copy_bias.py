@@ -2,7 +2,7 @@
 caller's words, so a name the demo model has never seen reaches the tool as it was said.
 
 Over real sockets on the trained demo checkpoint. The asks are held-out ones whose names the bare model
-miscopies ("gikifoland" -> "giktheroland"); a server started with copy_bias 0 shows the bias is what
+miscopies ("gizhomelia" -> "gizoslia"); a server started with copy_bias 0 shows the bias is what
 mends them (after retraining the demo, pick asks the new model miscopies: `python -m dlm.eval --copy-bias 0`)."""
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ pytestmark = pytest.mark.skipif(not (DEMO_CHECKPOINT / "config.json").exists(),
                                 reason="the demo checkpoint dlm/assets/demo is not built yet")
 
 ASKS = [("what city is the capital of gikifoland", "country_capital", {"country": "gikifoland"}),
-        ("um so do you happen to know the capital of sovin", "country_capital", {"country": "sovin"}),
+        ("um so do you happen to know the capital of gizhomelia", "country_capital", {"country": "gizhomelia"}),
         ("could you spell garden", "spell_word", {"word": "garden"}),
         # followed from its first piece on, which the call's string starts with ("dsvenia" without)
         ("tell me slovenia's capital", "country_capital", {"country": "slovenia"}),
         ("do you happen to know the capital of slovakia real quick", "country_capital", {"country": "slovakia"}),
         # a word that asks for the tool starts no name ("cityevir", "spell" when it did)
         ("capital city uh of kulevir", "country_capital", {"country": "kulevir"}),
-        ("hmm quick question could you spell kitchen okay", "spell_word", {"word": "kitchen"}),
-        # a number said in words, written in digits (19 without)
-        ("uh hey can i get a sixteen minute timer", "set_timer", {"amount": 16, "unit": "minutes"})]
+        ("hmm quick question could you spell pillow okay", "spell_word", {"word": "pillow"}),
+        # a number said in words, written in digits (20 without)
+        ("uh hey can i get a twenty six minute timer", "set_timer", {"amount": 26, "unit": "minutes"})]
 
 
 @pytest.fixture(scope="module")

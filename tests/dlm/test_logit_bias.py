@@ -29,6 +29,11 @@ def ids(engine: Engine, *pieces: str) -> list[int]:
     return out
 
 
+def first_token(engine: Engine, word: str) -> int:
+    """The token a word starts with in the demo tokenizer (which pieces those are changes when it is retrained)."""
+    return engine.tokenizer.encode(word)[0]
+
+
 def boosted(bias: LogitBias, vocab: int, left: list[int | None]) -> set[int]:
     """The tokens biased at a position after ``left``."""
     return set(bias.apply(torch.zeros(1, vocab), [*left, None], [len(left)])[0].nonzero()[:, 0].tolist())
@@ -60,15 +65,17 @@ def test_a_copy_that_ends_its_phrase_is_not_led_on(engine: Engine) -> None:
 
 
 def test_a_run_decided_in_one_pass_follows_the_phrase_along_its_length(engine: Engine) -> None:
-    """Three masked positions after "co": the first is biased to "pen" and, counted as "pen", the second to
-    "ha" and the third to "gen", where each row's own logits would have said "x"."""
+    """Three masked positions after "copenhagen"'s first token: each is biased to the next of its tokens,
+    counting the row before it as that token, where each row's own logits would have said "x"."""
     vocab = engine.model.cfg.vocab_size
     bias = LogitBias.copying(["copenhagen"], engine.tokenizer.encode, follow=4.0)
-    co, pen, ha, gen, x = ids(engine, "co", "pen", "ha", "gen", "x")
+    first, *rest = engine.tokenizer.encode("copenhagen")
+    (x,) = ids(engine, "x")
+    assert len(rest) >= 3 and x not in rest
     logits = torch.zeros(3, vocab)
     logits[:, x] = 1.0
-    biased = bias.apply(logits, [co, None, None, None], [1, 2, 3])
-    assert biased.argmax(-1).tolist() == [pen, ha, gen]
+    biased = bias.apply(logits, [first, None, None, None], [1, 2, 3])
+    assert biased.argmax(-1).tolist() == rest[:3]
 
 
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
@@ -99,7 +106,8 @@ def test_a_call_s_string_starts_with_a_name_the_caller_said(engine: Engine) -> N
     """After the caller's words a string (a tool call's argument) starts with a word they said that could begin
     a name; a spoken word does not (a reply repeats the caller only when asked to), nor does a number."""
     vocab = engine.model.cfg.vocab_size
-    quote, space, d, twen, two, newline = ids(engine, '"', " ", "d", "twen", "2", "\n")
+    quote, space, d, two, newline = ids(engine, '"', " ", "d", "2", "\n")
+    twen = first_token(engine, "twenty")
     ask = {"role": "user", "content": "um tell me denmark's capital in twenty words or 20"}
     bias = reply_copy_bias([ask], engine.tokenizer.encode)
     assert bias is not None and bias.start > 0
@@ -112,7 +120,8 @@ def test_a_word_that_asks_for_a_tool_starts_no_name(engine: Engine) -> None:
     """"capital city of kulevir": the country starts "kul", never "city" or "capital" (the call had said
     "cityevir"); a unit code the caller says is a value the call takes, so "mm" still starts one."""
     vocab = engine.model.cfg.vocab_size
-    quote, kul, city, capi, mm = ids(engine, '"', "kul", "city", "capi", "mm")
+    quote, kul, mm = ids(engine, '"', "kul", "mm")
+    city, capi = first_token(engine, "city"), first_token(engine, "capital")
     ask = {"role": "user", "content": "capital city of kulevir and 10 mm"}
     bias = reply_copy_bias([ask], engine.tokenizer.encode, asking_words=ASKING_WORDS)
     assert bias is not None and {kul, mm} <= boosted(bias, vocab, [quote])

@@ -106,8 +106,8 @@ def test_a_spoken_question_gets_a_call_with_what_was_heard(engine: Engine) -> No
 
 
 def test_words_to_say_back_come_out_as_they_were_heard(engine: Engine) -> None:
-    """The copy bias: the bare demo model says "rizigatwo similar 766 dihowstan morocco" (``copy_bias = 0``)."""
-    phrase = "rizigaora similar 766 diremostan morocco"
+    """The copy bias: the bare demo model says "zeouramo basket 57 ondrivala kenya" (``copy_bias = 0``)."""
+    phrase = "zefiramo basket 57 ondrivala kenya"
     stage = LmStage(engine, LmConfig())
 
     async def turn() -> str:
