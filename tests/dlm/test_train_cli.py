@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from dlm.checkpoint import load_config
 from dlm.train.__main__ import main
 from dlm.train.config import from_dict, load_run_config
+from dlm.train.train import check_shape
 
 
 @pytest.fixture
@@ -67,6 +69,15 @@ def test_a_config_that_cannot_be_read(tmp_path: Path, refusal) -> None:
     binary.write_bytes(b"\xff\xfe\x00bad")
     assert refusal("", config=binary) == f"error: {binary}: not UTF-8 text, so not TOML (byte 0: invalid start byte)"
     assert refusal("", config=tmp_path) == f"error: {tmp_path}: cannot be read (Is a directory)"
+
+
+def test_the_fine_tune_example_fits_the_shipped_checkpoint() -> None:
+    """configs/demo-finetune.toml starts from dlm/assets/demo: its [model] must be the shipped checkpoint's
+    shape, or the command its header gives would be refused."""
+    root = Path(__file__).resolve().parents[2]
+    run = load_run_config(root / "configs/demo-finetune.toml")
+    assert run.train.init_from == "dlm/assets/demo" and not run.curriculum.steps
+    check_shape(run, load_config(root / run.train.init_from))
 
 
 def test_the_default_output_is_not_the_shipped_checkpoint() -> None:
