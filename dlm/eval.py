@@ -422,7 +422,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--samples names each sample's size and seed: leave out --limit and --seed")
     samples = args.samples or [Sample(args.limit or 200, 1 if args.seed is None else args.seed)]
     torch.set_num_threads(args.threads)
-    started = time.monotonic()
     rule: dict[str, Any] = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
     if args.confidence_order:
         rule["in_order"] = False
@@ -435,11 +434,11 @@ def main(argv: list[str] | None = None) -> None:
     reports = []
     for sample in samples:
         found: list[dict[str, Any]] | None = None if failures is None else []
+        started = time.monotonic()  # each sample's own time, the model's loading left out
         report = evaluate(assistant, generate("heldout", sample.limit, sample.seed), efforts, found)
         report |= {"limit": sample.limit, "seed": sample.seed, "rule": rule or "each effort's own",
                    "copy_bias": args.copy_bias, "seconds": round(time.monotonic() - started, 1),
                    "model": args.model, "block_size": args.block_size or assistant.model.cfg.block_size}
-        started = time.monotonic()
         reports.append(report)
         if failures is not None and found:
             failures += [{"sample": str(sample), **f} for f in found] if len(samples) > 1 else found
