@@ -48,7 +48,7 @@ class Trainer:
     def step(self, items: list[Encoded], block_size: int, seed: int) -> float:
         batch = training_batch(items, block_size, self.model.cfg, self.tokenizer, self.run.train, seed)
         started = time.perf_counter()
-        optimise(self.model, self.optimizer, batch, self.run.train)
+        optimise(self.model, self.optimizer, batch, self.run.train, self.run.train.bf16)
         return time.perf_counter() - started
 
 

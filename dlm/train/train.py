@@ -96,11 +96,12 @@ def new_optimizer(model: Transformer, opt_cfg: OptimConfig) -> torch.optim.AdamW
                               {"params": no_decay, "weight_decay": 0.0}], lr=opt_cfg.lr, betas=(0.9, 0.95))
 
 
-def optimise(model: Transformer, optimizer: torch.optim.Optimizer, batch: Batch, opt_cfg: OptimConfig) -> float:
+def optimise(model: Transformer, optimizer: torch.optim.Optimizer, batch: Batch, opt_cfg: OptimConfig,
+             bf16: bool) -> float:
     """One optimiser step on `batch` (loss normalised as `loss_weighting` says, matmuls in bf16 if `bf16`,
     gradients clipped); its loss."""
     normaliser = len(batch.labels) if opt_cfg.loss_weighting == "masked_mean" else batch.weights.numel()
-    with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=opt_cfg.bf16):
+    with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=bf16):
         loss = diffusion_loss(model, batch, normaliser)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -396,7 +397,8 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         rate = learning_rate(run, step, spent + time.monotonic() - started, in_curriculum)
         for group in optimizer.param_groups:
             group["lr"] = rate
-        losses.append(optimise(model, optimizer, batch, opt_cfg))
+        bf16 = opt_cfg.bf16 and (run.curriculum.bf16 or not in_curriculum)
+        losses.append(optimise(model, optimizer, batch, opt_cfg, bf16))
         step += 1
         elapsed = time.monotonic() - started
         if begins := next_phase(run, source, losses, step, spent + elapsed):

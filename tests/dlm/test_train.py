@@ -178,6 +178,19 @@ def test_a_bf16_run_trains_close_to_the_fp32_one(tmp_path: Path) -> None:
     assert next(model.parameters()).dtype == torch.float32
 
 
+def test_a_curriculum_kept_fp32_steps_as_the_fp32_run_and_then_in_bf16(tmp_path: Path) -> None:
+    """`[curriculum] bf16 = false`: the copying race draws as an fp32 run's, and the full mix gets bf16's speed."""
+    def run(name: str, bf16: bool) -> dict:
+        config = tiny_run(tmp_path / name, steps=8, curriculum_steps=4)
+        config["train"]["bf16"] = bf16
+        config["curriculum"]["bf16"] = False
+        return from_dict(config)
+
+    fp32, mixed = (train(run(name, bf16), progress=False) for name, bf16 in (("fp32", False), ("mixed", True)))
+    assert mixed.phase_starts["full"] == fp32.phase_starts["full"] == 4
+    assert mixed.losses[:4] == fp32.losses[:4] and mixed.losses[4:] != fp32.losses[4:]
+
+
 def test_attention_stays_fp32_under_cpu_autocast() -> None:
     # bf16 training autocasts the projections only: the CPU's bf16 attention trains slower and rounds more
     gen = torch.Generator().manual_seed(0)
