@@ -162,13 +162,14 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
     if resume and tok_path.exists():
         return Tokenizer.from_file(str(tok_path))
     if run.data.tokenizer:
-        tokenizer = given_tokenizer(Path(run.data.tokenizer), run.data.vocab_size)
+        tokenizer = given_tokenizer(Path(run.data.tokenizer), f"[data] tokenizer {run.data.tokenizer}",
+                                    run.data.vocab_size)
     elif run.train.init_from:
         source = Path(run.train.init_from) / "tokenizer.json"
         if not source.is_file():
             raise RunConfigError(f"[train] init_from {run.train.init_from}: no tokenizer.json there")
         check_shape(run, load_config(run.train.init_from))  # before its tokenizer replaces the run's
-        tokenizer = Tokenizer.from_file(str(source))
+        tokenizer = given_tokenizer(source, f"[train] init_from {run.train.init_from}")
     else:
         renderer = DialogueEncoder(None)  # type: ignore[arg-type]
         tokenizer = train_tokenizer((renderer.render(e) for e in corpus()), run.data.vocab_size,
@@ -178,18 +179,19 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
     return tokenizer
 
 
-def given_tokenizer(path: Path, vocab_size: int) -> Tokenizer:
-    """The tokenizer in `path`, if it is one the run can use: the project's special tokens, `vocab_size` tokens."""
+def given_tokenizer(path: Path, setting: str, vocab_size: int | None = None) -> Tokenizer:
+    """The tokenizer in `path`, if it is one the run can use: the project's special tokens (the chat template
+    and the mask are written with them), and `vocab_size` tokens when that is given. `setting` is the config
+    key that named it, which the one-line refusal starts with."""
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as err:  # the tokenizers library raises a bare Exception for a missing or malformed file
-        raise RunConfigError(f"[data] tokenizer {path}: not a tokenizer.json ({err})") from None
+        raise RunConfigError(f"{setting}: not a tokenizer.json ({err})") from None
     missing = [token for token in SPECIAL_TOKENS if tokenizer.token_to_id(token) is None]
     if missing:
-        raise RunConfigError(f"[data] tokenizer {path}: lacks the special tokens {', '.join(missing)}")
-    if tokenizer.get_vocab_size() != vocab_size:
-        raise RunConfigError(f"[data] tokenizer {path} has {tokenizer.get_vocab_size()} tokens, "
-                             f"[data] vocab_size is {vocab_size}")
+        raise RunConfigError(f"{setting}: its tokenizer lacks the special tokens {', '.join(missing)}")
+    if vocab_size is not None and tokenizer.get_vocab_size() != vocab_size:
+        raise RunConfigError(f"{setting} has {tokenizer.get_vocab_size()} tokens, [data] vocab_size is {vocab_size}")
     return tokenizer
 
 

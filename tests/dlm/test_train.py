@@ -155,6 +155,16 @@ def test_a_named_tokenizer_the_run_cannot_use_is_refused_in_one_line(tmp_path: P
         from_dict(config)
 
 
+def test_a_checkpoint_to_fine_tune_whose_tokenizer_lacks_the_special_tokens_is_refused(tmp_path: Path) -> None:
+    base = train(from_dict(tiny_run(tmp_path / "base", steps=2)), progress=False)
+    Tokenizer(models.BPE()).save(str(base.out_dir / "tokenizer.json"))
+    config = tiny_run(tmp_path / "tuned", steps=2)
+    config["train"]["init_from"] = str(base.out_dir)
+    with pytest.raises(RunConfigError, match=re.escape(f"[train] init_from {base.out_dir}: its tokenizer lacks "
+                                                       "the special tokens <|endoftext|>")):
+        train(from_dict(config), progress=False)
+
+
 def test_a_compiled_run_trains_as_the_eager_one_does(tmp_path: Path) -> None:
     # the same batches, masks and init: compiled layers may only reorder floating-point sums
     eager = train(from_dict(tiny_run(tmp_path / "eager", steps=6)), progress=False)
