@@ -190,7 +190,7 @@ def test_a_bf16_run_trains_close_to_the_fp32_one(tmp_path: Path) -> None:
 
 def test_a_curriculum_kept_fp32_steps_as_the_fp32_run_and_then_in_bf16(tmp_path: Path) -> None:
     """`[curriculum] bf16 = false`: the copying race draws as an fp32 run's, and the full mix gets bf16's speed."""
-    def run(name: str, bf16: bool) -> dict:
+    def run(name: str, bf16: bool) -> RunConfig:
         config = tiny_run(tmp_path / name, steps=8, curriculum_steps=4)
         config["train"]["bf16"] = bf16
         config["curriculum"]["bf16"] = False
