@@ -411,7 +411,8 @@ def main(argv: list[str] | None = None) -> None:
     rule.add_argument("--factor", type=finite_float, help="decode with the factor rule at this factor instead")
     parser.add_argument("--copy-bias", type=finite_float, default=COPY_FOLLOW,
                         help=f"the replies' copy bias toward the caller's words or the tool's result, a logit "
-                             f"(default {COPY_FOLLOW}, as the voice assistant decodes; 0: the bare model)")
+                             f"(default {COPY_FOLLOW}, as the voice assistant decodes, twice that after a tool's result; "
+                             f"0: the bare model)")
     parser.add_argument("--confidence-order", action="store_true",
                         help="commit each pass's most confident positions instead of a run of the leftmost")
     args = parser.parse_args(argv)

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-prompt-tokens", type=at_least_one, default=ApiLimits.max_prompt_tokens)
     p.add_argument("--copy-bias", type=finite_float, default=COPY_FOLLOW,
                    help="logit added to the next token of a phrase a reply is copying from the caller's last "
-                        "message or a tool's result (default %(default)s; 0 turns it off)")
+                        "message, twice that after a tool's result (default %(default)s; 0 turns it off)")
     return p
 
 

@@ -88,6 +88,8 @@ class CurriculumConfig:
     candidates: int = 1  # seeds that run the curriculum side by side, one thread each; the best goes on
     bf16: bool = True  # whether its steps follow [train] bf16; false keeps them fp32, and so the race's draw
     # as an fp32 run draws it (bf16 rounds every step otherwise, and which seed copies first changes with it)
+    batch_size: int = 0  # dialogues per step (0: [train] batch_size): the race keeps its draw at 16 while the
+    # full mix takes bigger batches, which bf16 steps through faster per dialogue (latency_bench train-step)
     cosine_steps: int = 0  # the length of the cosine the curriculum's learning rate follows (0: [train] steps,
     # the rest of the run's): fixed, [train] steps can change without changing the curriculum's rates and with
     # them when each seed's copying emerges (docs/demo-model.md, N and S)

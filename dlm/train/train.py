@@ -125,6 +125,7 @@ class Phase(NamedTuple):
     name: str
     first_step: int | None
     corpus: list[Encoded]
+    batch_size: int = 0  # 0: the run's batch size
 
 
 def check_shape(run: RunConfig, source: ModelConfig) -> None:
@@ -214,7 +215,7 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool,
     phases = []
     if curriculum.steps:
         phases.append(Phase(CURRICULUM, 0, encode(generate("train", curriculum.examples, run.data.seed,
-                                                           curriculum.intents))))
+                                                           curriculum.intents)), curriculum.batch_size))
     phases.append(Phase(FULL, None if curriculum.steps else 0, [] if skip_later else encode(corpus())))
     if finish.steps:
         weights = {**run.data.intent_weights, **finish.intent_weights}
@@ -242,12 +243,12 @@ class BatchSource:
     resumed run (given the steps its phases began at) draws exactly the batches an uninterrupted one would."""
 
     def __init__(self, phases: list[Phase], batch_size: int, seed: int):
+        self.phases, self.batch_size, self.seed = list(phases), batch_size, seed
         for phase in phases:
             placeholder = phase.first_step is None and not phase.corpus  # a phase this session never reaches
-            if len(phase.corpus) < batch_size and not placeholder:
+            if len(phase.corpus) < self.size(phase) and not placeholder:
                 raise RunConfigError(f"a corpus of {len(phase.corpus)} dialogues (phase {phase.name}) "
-                                 f"cannot fill a batch of {batch_size}")
-        self.phases, self.batch_size, self.seed = list(phases), batch_size, seed
+                                 f"cannot fill a batch of {self.size(phase)}")
         self._cached: tuple[tuple[int, int], list[list[int]]] = ((-1, -1), [])
 
     def phase_index(self, step: int) -> int:
@@ -273,15 +274,19 @@ class BatchSource:
         """Each phase's first step by name (None: not begun), as a run's state saves them."""
         return {phase.name: phase.first_step for phase in self.phases}
 
+    def size(self, phase: Phase) -> int:
+        return phase.batch_size or self.batch_size
+
     def batch(self, step: int) -> list[Encoded]:
         index = self.phase_index(step)
-        name, first_step, corpus = self.phases[index]
+        phase = self.phases[index]
+        name, first_step, corpus, size = phase.name, phase.first_step, phase.corpus, self.size(phase)
         assert first_step is not None
         if not corpus:
             raise RuntimeError(f"phase {name} began, but its corpus was not loaded in this session")
-        epoch, position = divmod(step - first_step, len(corpus) // self.batch_size)
+        epoch, position = divmod(step - first_step, len(corpus) // size)
         if self._cached[0] != (index, epoch):
-            self._cached = ((index, epoch), batch_schedule(corpus, self.batch_size, f"{self.seed}:{index}", epoch))
+            self._cached = ((index, epoch), batch_schedule(corpus, size, f"{self.seed}:{index}", epoch))
         return [corpus[i] for i in self._cached[1][position]]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlm.decoding.logit_bias import LogitBias, copy_phrases, reply_copy_bias
+from dlm.decoding.logit_bias import RESULT_FOLLOW_FACTOR, LogitBias, copy_phrases, reply_copy_bias
 from dlm.engine import Engine
 from dlm.tools.registry import ASKING_WORDS
 
@@ -100,6 +100,8 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra"})}
     after_result = reply_copy_bias([tool], engine.tokenizer.encode)
     assert after_result is not None and after_result.start > 0 and after_result.starts == {ac, gh}
+    after_words = reply_copy_bias([{"role": "user", "content": "say ghana accra"}], engine.tokenizer.encode)
+    assert after_words is not None and after_result.follow == RESULT_FOLLOW_FACTOR * after_words.follow > 0
 
 
 def test_a_call_s_string_starts_with_a_name_the_caller_said(engine: Engine) -> None:
