@@ -59,7 +59,7 @@ class LmConfig:
     max_tool_rounds: int = 2
     copy_bias: float = COPY_FOLLOW
     """How strongly a reply keeps to what it repeats, the caller's words or a tool's result (a logit added to a
-    copied phrase's next token, ``dlm.decoding.logit_bias``); 0 turns it off."""
+    copied phrase's next token, ``dlm.decoding.logit_bias``, twice this after a tool's result); 0 turns it off."""
     fallback_reply: str = "sorry, I did not get that."
     """Said when the model produces nothing speakable (after a tool call, the tool's own spoken result)."""
 
