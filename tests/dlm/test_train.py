@@ -383,6 +383,16 @@ def test_curriculum_steps_draw_only_from_the_curriculum_corpus_then_only_from_th
         BatchSource([Phase("curriculum", 0, opening)], batch_size=16, seed=0)
 
 
+def test_a_phase_may_draw_batches_of_its_own_size() -> None:
+    """`[curriculum] batch_size`: the race keeps its batches of 16 while the full mix takes 32."""
+    opening = [Encoded(ids=[1] * n, targets=[True] * n) for n in range(3, 13)]
+    full = [Encoded(ids=[2] * n, targets=[True] * n) for n in range(3, 33)]
+    source = BatchSource([Phase("curriculum", 0, opening, batch_size=2), Phase("full", 3, full)], batch_size=8, seed=0)
+    assert [len(source.batch(step)) for step in range(6)] == [2, 2, 2, 8, 8, 8]
+    with pytest.raises(ValueError, match="cannot fill a batch of 12"):
+        BatchSource([Phase("curriculum", 0, opening, batch_size=12)], batch_size=2, seed=0)
+
+
 def test_the_finish_trains_the_last_steps_on_its_own_mix_and_resumes_inside_it(tmp_path: Path) -> None:
     def run(name: str) -> RunConfig:
         return from_dict(tiny_run(tmp_path / name, steps=12, curriculum_steps=4, finish_steps=4))
