@@ -32,15 +32,17 @@ from voice.pipeline import VoicePipeline
 from voice.resources import Resources
 from voice.trace import STAGES, summarize
 
-QUESTIONS = [
-    "What is twelve times four?",
-    "What is the capital of France?",
-    "What time is it?",
-    "What is seven plus eight?",
-    "Convert ten miles to kilometers.",
-    "What is the capital of Japan?",
-    "Set a timer for five minutes.",
-    "What is nine times six?",
+# Each question with what a right reply says (None: the clock's answer, not known beforehand), so the figures
+# come with whether each design still answered right: a fast wrong reply is no win.
+QUESTIONS: list[tuple[str, str | None]] = [
+    ("What is twelve times four?", "forty-eight"),
+    ("What is the capital of France?", "paris"),
+    ("What time is it?", None),
+    ("What is seven plus eight?", "fifteen"),
+    ("Convert ten miles to kilometers.", "sixteen point zero nine"),
+    ("What is the capital of Japan?", "tokyo"),
+    ("Set a timer for five minutes.", "five minute"),
+    ("What is nine times six?", "fifty-four"),
 ]
 
 
@@ -56,14 +58,15 @@ def variants(config: PipelineConfig) -> dict[str, PipelineConfig]:
 async def measure(config: PipelineConfig, turns: int, fast: bool) -> dict[str, list[dict[str, Any]]]:
     """Traces per variant; each variant holds one conversation across all its turns."""
     resources = await Resources.load(config)
-    clips = [resources.tts.synthesize(QUESTIONS[i % len(QUESTIONS)], CALLER_RATE) for i in range(turns)]
+    asked = [QUESTIONS[i % len(QUESTIONS)] for i in range(turns)]
+    clips = [resources.tts.synthesize(question, CALLER_RATE) for question, _ in asked]
     pipelines = {name: VoicePipeline(resources, cfg) for name, cfg in variants(config).items()}
     traces: dict[str, list[dict[str, Any]]] = {name: [] for name in pipelines}
     try:
-        for clip in clips:
+        for clip, (question, fact) in zip(clips, asked, strict=True):
             for name, pipeline in pipelines.items():
                 result = await run_files(pipeline, [clip], FileModeOptions(fast=fast, lead_in_s=0.3, tail_s=0.2))
-                traces[name] += result.traces
+                traces[name] += [{**trace, "asked": question, "expected": fact} for trace in result.traces]
     finally:
         for pipeline in pipelines.values():
             await pipeline.close()
@@ -79,7 +82,18 @@ def report(traces: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         other = summary.get("voice_to_voice_ms")
         if name != "full" and full and other:
             ratios[f"{name}/full"] = {q: round(other[q] / full[q], 2) for q in ("p50", "p95")}
-    return {"summaries": summaries, "voice_to_voice_ratio": ratios, "traces": traces}
+    return {"summaries": summaries, "voice_to_voice_ratio": ratios, "right_replies": right_replies(traces),
+            "traces": traces}
+
+
+def right_replies(traces: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, int]]:
+    """Per variant, how many of the turns whose right answer is known got a reply that says it."""
+    counts = {}
+    for name, records in traces.items():
+        scored = [r for r in records if r.get("expected")]
+        right = sum(r["expected"] in r.get("reply", "").lower() for r in scored)
+        counts[name] = {"right": right, "scored": len(scored)}
+    return counts
 
 
 def format_report(rep: dict[str, Any]) -> str:
@@ -92,8 +106,9 @@ def format_report(rep: dict[str, Any]) -> str:
             s = rep["summaries"][name].get(field)
             row += f"{s['p50']:>14.0f}{s['p95']:>14.0f}" if s else f"{'-':>14}{'-':>14}"
         lines.append(row)
-    counts = ", ".join(f"{n}: {len(rep['traces'][n])} turns" for n in names)
-    lines.append(counts)
+    right = rep["right_replies"]
+    lines.append(", ".join(f"{n}: {len(rep['traces'][n])} turns, {right[n]['right']} of {right[n]['scored']} "
+                           "replies right" for n in names))
     for key, ratio in rep["voice_to_voice_ratio"].items():
         lines.append(f"voice-to-voice {key}: p50 x{ratio['p50']}, p95 x{ratio['p95']}")
     return "\n".join(lines)

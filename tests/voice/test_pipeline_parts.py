@@ -114,12 +114,16 @@ def test_a_tool_result_offers_its_spoken_words_as_the_fallback_reply() -> None:
 def test_voice_benchmark_report_compares_each_variant_with_the_full_design() -> None:
     from latency_bench.voice_bench import format_report, report, stacked_bars_svg
 
-    def trace(v2v: float) -> dict:
-        return {"voice_to_voice_ms": v2v, "durations_ms": {"asr": v2v / 2, "lm": 10.0, "tts": v2v / 2 - 10, "output": 0.0}}
+    def trace(v2v: float, reply: str = "Paris is the capital of France.", expected: str | None = "paris") -> dict:
+        return {"voice_to_voice_ms": v2v, "durations_ms": {"asr": v2v / 2, "lm": 10.0, "tts": v2v / 2 - 10, "output": 0.0},
+                "reply": reply, "expected": expected}
 
-    rep = report({"full": [trace(400), trace(600)], "baseline": [trace(800), trace(1200)]})
+    rep = report({"full": [trace(400), trace(600, "it's noon.", None)],
+                  "baseline": [trace(800, "iis is the capital of france."), trace(1200, "it's noon.", None)]})
     assert rep["voice_to_voice_ratio"] == {"baseline/full": {"p50": 2.0, "p95": 2.0}}
-    assert "voice-to-voice baseline/full: p50 x2.0" in format_report(rep)
+    assert rep["right_replies"] == {"full": {"right": 1, "scored": 1}, "baseline": {"right": 0, "scored": 1}}
+    text = format_report(rep)
+    assert "voice-to-voice baseline/full: p50 x2.0" in text and "baseline: 2 turns, 0 of 1 replies right" in text
     svg = stacked_bars_svg(rep)
     assert svg.startswith("<svg") and svg.count("<rect") == 8 + 4  # 4 stages x 2 variants, 4 legend keys
 
