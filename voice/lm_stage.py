@@ -41,6 +41,7 @@ class LmStage:
     def __init__(self, engine: Any, config: LmConfig) -> None:
         self.engine = engine
         self.config = config
+        self._configured_cap = config.max_new_tokens  # a client may lower ``config``'s for its session
         self.session = engine.new_session()
         self.history: list[dict[str, Any]] = []
         self._instructions = ""  # the session's system message (a reply may have its own)
@@ -149,7 +150,8 @@ class LmStage:
     async def _rounds(self, cap: int, before_tool: Callable[[], Awaitable[Any]] | None,
                       usage: TokenUsage) -> AsyncIterator[str | ToolCall]:
         """The reply's decoding rounds: text, then a tool call and its result, then text again, at most
-        ``max_tool_rounds`` calls; a reply that said nothing says the fallback (or the last result)."""
+        ``max_tool_rounds`` calls; a reply that said nothing says the fallback (or the last result), unless a
+        cap the client set below the configured one stopped it."""
         spoke, fallback = False, self.config.fallback_reply
         for round_no in range(self.config.max_tool_rounds + 1):
             self._fit_history(cap)
@@ -173,8 +175,11 @@ class LmStage:
             if call_body is None or round_no == self.config.max_tool_rounds:
                 self.stopped_at_cap = call_body is None and result is not None and result.finish_reason == "length"
                 tail = splitter.flush()
-                if tail.strip() or not spoke:
-                    yield tail if tail.strip() else fallback  # never leave the caller in silence
+                # never leave the caller in silence, unless their own token cap cut the reply before it said
+                # anything (a tool call it had begun): "sorry, I did not get that" would be untrue, and over the cap
+                clients_cap = self.stopped_at_cap and cap < self._configured_cap
+                if tail.strip() or not (spoke or clients_cap):
+                    yield tail if tail.strip() else fallback
                 return
             call_body = await self._grounded(call_body, cap, usage)
             if before_tool is not None and changes_state(call_body):

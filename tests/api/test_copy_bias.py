@@ -28,9 +28,9 @@ ASKS = [("what city is the capital of gikifoland", "country_capital", {"country"
         ("do you happen to know the capital of slovakia real quick", "country_capital", {"country": "slovakia"}),
         # a word that asks for the tool starts no name ("cityevir", "spell" when it did)
         ("capital city uh of kulevir", "country_capital", {"country": "kulevir"}),
-        ("hmm quick question could you spell pillow okay", "spell_word", {"word": "pillow"}),
-        # a number said in words, written in digits (20 without)
-        ("uh hey can i get a twenty six minute timer", "set_timer", {"amount": 26, "unit": "minutes"})]
+        ("could you spell threnodia okay", "spell_word", {"word": "threnodia"}),
+        # a number said in words, written in digits (68 without)
+        ("um a sixty seven minute timer please", "set_timer", {"amount": 67, "unit": "minutes"})]
 
 
 @pytest.fixture(scope="module")
