@@ -32,17 +32,18 @@ from voice.pipeline import VoicePipeline
 from voice.resources import Resources
 from voice.trace import STAGES, summarize
 
-# Each question with what a right reply says (None: the clock's answer, not known beforehand), so the figures
-# come with whether each design still answered right: a fast wrong reply is no win.
-QUESTIONS: list[tuple[str, str | None]] = [
-    ("What is twelve times four?", "forty-eight"),
-    ("What is the capital of France?", "paris"),
-    ("What time is it?", None),
-    ("What is seven plus eight?", "fifteen"),
-    ("Convert ten miles to kilometers.", "sixteen point zero nine"),
-    ("What is the capital of Japan?", "tokyo"),
-    ("Set a timer for five minutes.", "five minute"),
-    ("What is nine times six?", "fifty-four"),
+# Each question with what a right reply says (any of them; the clock's answer is not known beforehand, but it
+# ends in am or pm), so the figures come with whether each design still answered right: a fast wrong reply is
+# no win.
+QUESTIONS: list[tuple[str, tuple[str, ...]]] = [
+    ("What is twelve times four?", ("forty-eight",)),
+    ("What is the capital of France?", ("paris",)),
+    ("What time is it?", (" am", " pm")),
+    ("What is seven plus eight?", ("fifteen",)),
+    ("Convert ten miles to kilometers.", ("sixteen point zero nine",)),
+    ("What is the capital of Japan?", ("tokyo",)),
+    ("Set a timer for five minutes.", ("five minute",)),
+    ("What is nine times six?", ("fifty-four",)),
 ]
 
 
@@ -91,7 +92,7 @@ def right_replies(traces: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str
     counts = {}
     for name, records in traces.items():
         scored = [r for r in records if r.get("expected")]
-        right = sum(r["expected"] in r.get("reply", "").lower() for r in scored)
+        right = sum(any(fact in r.get("reply", "").lower() for fact in r["expected"]) for r in scored)
         counts[name] = {"right": right, "scored": len(scored)}
     return counts
 

@@ -114,12 +114,12 @@ def test_a_tool_result_offers_its_spoken_words_as_the_fallback_reply() -> None:
 def test_voice_benchmark_report_compares_each_variant_with_the_full_design() -> None:
     from latency_bench.voice_bench import format_report, report, stacked_bars_svg
 
-    def trace(v2v: float, reply: str = "Paris is the capital of France.", expected: str | None = "paris") -> dict:
+    def trace(v2v: float, reply: str = "Paris is the capital of France.", expected: tuple[str, ...] = ("paris",)) -> dict:
         return {"voice_to_voice_ms": v2v, "durations_ms": {"asr": v2v / 2, "lm": 10.0, "tts": v2v / 2 - 10, "output": 0.0},
                 "reply": reply, "expected": expected}
 
-    rep = report({"full": [trace(400), trace(600, "it's noon.", None)],
-                  "baseline": [trace(800, "iis is the capital of france."), trace(1200, "it's noon.", None)]})
+    rep = report({"full": [trace(400), trace(600, "it's noon.", ())],
+                  "baseline": [trace(800, "iis is the capital of france."), trace(1200, "it's noon.", ())]})
     assert rep["voice_to_voice_ratio"] == {"baseline/full": {"p50": 2.0, "p95": 2.0}}
     assert rep["right_replies"] == {"full": {"right": 1, "scored": 1}, "baseline": {"right": 0, "scored": 1}}
     text = format_report(rep)
