@@ -347,6 +347,9 @@ def decode_passes(
     while True:
         start, known = forward.length + (pending.shape[0] if pending is not None else 0), len(tokens)
         end = window_end(known, next(sizes), cfg.max_position_embeddings)
+        if end <= known:  # a window of nothing would be decoded for ever
+            raise ValueError(f"decoding reached the end of the context ({cfg.max_position_embeddings} tokens): "
+                             "cap max_new_tokens at the room the prompt leaves")
         window = torch.tensor(tokens[start:] + [mask_id] * (end - known), dtype=torch.long, device=forward.device)
         masked = window == mask_id
         emitted = known - start  # window offset of the first position not yet yielded

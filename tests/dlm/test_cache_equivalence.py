@@ -74,3 +74,19 @@ def test_block_schedule_sets_the_boundaries(fixtures_dir):
     assert cached.ends == [4, 8, 10, 12, 16]
     assert sum(len(c.token_ids) for c in commits) == 9
     assert torch.equal(torch.tensor(cached.tokens[:9]), torch.tensor(prompt))
+
+
+def test_decoding_past_the_context_is_refused_rather_than_spun_on(fixtures_dir):
+    """With a budget past the context the last window was cut to nothing and decoded for ever; now the
+    tokens up to the context's end come out and then a clear error (callers cap the budget at the room)."""
+    model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
+    ctx = model.cfg.max_position_embeddings
+    prompt = [10 + i % 50 for i in range(ctx - 3)]
+    cached = CachedForward(model, KVCache(model.cfg, ctx))
+    cached.extend(prompt[:len(prompt) // 4 * 4], 4)
+    policy = BlockPolicy(block_size=4, threshold=0.5, max_new_tokens=16)
+    got: list[int] = []
+    with pytest.raises(ValueError, match="reached the end of the context"):
+        for commit in decode(model.cfg, cached, list(prompt), policy, cached.last_logits):
+            got.extend(commit.token_ids)
+    assert len(got) == 3
