@@ -220,3 +220,13 @@ def test_eval_leaves_out_dialogues_longer_than_the_context(assistant: Assistant)
                    for words in ("kelmaria 12", "kelmaria 12 " * 60))
     assert assistant.fits(short) and not assistant.fits(long)
     assert len(assistant.prompt(long, 1)) > assistant.model.cfg.max_position_embeddings // 2
+
+
+def test_an_api_call_near_the_end_of_the_context_stops_there(assistant: Assistant) -> None:
+    """The API path caps its budget at the room the prompt leaves: a held-out conversation 5 tokens short of the
+    context had made it decode windows of nothing for ever."""
+    ctx = assistant.model.cfg.max_position_embeddings
+    messages = [{"role": "user", "content": "say " + "kelmaria 12 " * 80}]
+    prompt = assistant.prompt(Example("repeat", messages, None, ()), 1)[-(ctx - 5):]
+    ids, _ = assistant.api_call(prompt, "medium", messages)
+    assert 0 < len(ids) <= 5
