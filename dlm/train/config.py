@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dlm.toml_file import read_toml
-from dlm.train.data import check_mix
+from dlm.train.data import EARLIER_TURN, check_mix
 
 
 class RunConfigError(ValueError):
@@ -23,6 +23,7 @@ class DataConfig:
     max_length: int = 256
     intents: list[str] = field(default_factory=list)  # only these intents (see dlm.train.intents); empty = all
     intent_weights: dict[str, float] = field(default_factory=dict)  # override INTENTS' sampling weights
+    earlier_turn: float = EARLIER_TURN  # share of dialogues with an unrelated request before the final one
     max_token_length: int = 0  # BpeTrainer's limit on a token's characters (0: none); tokenizers 0.21 keeps
     # every token shorter than it (huggingface/tokenizers#1461)
     tokenizer: str = ""  # a tokenizer.json to use rather than train one on the corpus (a run's own
@@ -157,6 +158,8 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
                     _section(FinishConfig, raw.get("finish", {}), "finish"))
     if not run.train.block_sizes or any(not isinstance(b, int) or b < 1 for b in run.train.block_sizes):
         raise RunConfigError("[train] block_sizes must be a non-empty list of block sizes >= 1")
+    if not 0 <= run.data.earlier_turn <= 1:
+        raise RunConfigError("[data] earlier_turn is a share of the dialogues: between 0 and 1")
     if run.train.max_minutes <= 0:
         raise RunConfigError("[train] max_minutes must be > 0")
     if run.train.loss_weighting not in ("masked_mean", "inverse_t"):

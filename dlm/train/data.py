@@ -24,6 +24,10 @@ SYSTEM_PROMPTS = [
     "you are a friendly voice assistant. answer in one short sentence.",
     "you are a voice assistant running on this device.",
 ]
+# The share of full-mix dialogues whose final request follows an unrelated earlier one, as in a conversation:
+# without them a model trained on one request per dialogue calls the previous turn's tool again ("what time is
+# it" after a capital's turn became a `country_capital` call). The held-out split always draws this share.
+EARLIER_TURN = 0.3
 
 
 @dataclass
@@ -110,10 +114,11 @@ def check_mix(intents: Collection[str], weights: Mapping[str, float]) -> None:
 
 
 def generate(split: str, count: int, seed: int, intents: Collection[str] = (),
-             weights: Mapping[str, float] | None = None) -> list[Example]:
+             weights: Mapping[str, float] | None = None, earlier_turn: float = EARLIER_TURN) -> list[Example]:
     """`count` dialogues of `split`, the same for the same seed; `intents` narrows the final turn's intent
     (for probes that isolate one skill), empty means the full mix; `weights` overrides the mix's weights
-    of some intents (a training run's emphasis; evaluation keeps the defaults)."""
+    of some intents and `earlier_turn` the share of full-mix dialogues that hold an unrelated request before
+    the final one (a training run's emphasis; evaluation keeps the defaults)."""
     from dlm.train.intents import INTENTS
 
     weights = weights or {}
@@ -128,6 +133,8 @@ def generate(split: str, count: int, seed: int, intents: Collection[str] = (),
             ctx.messages.append({"role": "system", "content": ctx.choice(SYSTEM_PROMPTS)})
         if ctx.rng.random() < 0.12:
             INTENTS["greeting"][1](ctx)
+        if not intents and ctx.rng.random() < earlier_turn:
+            INTENTS[ctx.rng.choices(names, mix)[0]][1](ctx)
         intent = ctx.rng.choices(names, mix)[0]
         call, fact = INTENTS[intent][1](ctx)
         tools = tool_specs() if ctx.rng.random() < 0.3 else None

@@ -148,7 +148,8 @@ def load_weights(model: Transformer, checkpoint: Path) -> None:
 
 
 def training_corpus(run: RunConfig) -> list[Example]:
-    return generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights)
+    return generate("train", run.data.train_examples, run.data.seed, run.data.intents, run.data.intent_weights,
+                    run.data.earlier_turn)
 
 
 def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir: Path, resume: bool) -> Tokenizer:
@@ -220,7 +221,8 @@ def prepare_data(run: RunConfig, state_dir: Path, resume: bool,
     if finish.steps:
         weights = {**run.data.intent_weights, **finish.intent_weights}
         phases.append(Phase(FINISH, None, [] if skip_later else
-                            encode(generate("train", finish.examples, finish.seed, run.data.intents, weights))))
+                            encode(generate("train", finish.examples, finish.seed, run.data.intents, weights,
+                                                    run.data.earlier_turn))))
     return tokenizer, phases
 
 

@@ -15,8 +15,8 @@ from dlm.chat_template import ChatTemplate
 from dlm.tools import tool_call_schema
 from dlm.tools.facts import CAPITALS
 from dlm.train.asr import CLOSERS, FILLERS, OPENERS, asr_noise
-from dlm.train.config import from_dict
-from dlm.train.data import HELDOUT_EVERY, Context, generate
+from dlm.train.config import RunConfigError, from_dict
+from dlm.train.data import EARLIER_TURN, HELDOUT_EVERY, Context, Example, generate
 from dlm.train.encode import DialogueEncoder
 from dlm.train.intents import (
     ARITH,
@@ -214,3 +214,20 @@ def test_intent_weights_shift_the_mix_and_are_checked() -> None:
         generate("train", 5, 0, weights={"repeat": -1})
     run = from_dict({"data": {"intent_weights": {"repeat": 16}}})
     assert run.data.intent_weights == {"repeat": 16}
+
+
+def test_a_share_of_dialogues_make_an_unrelated_request_before_the_final_one() -> None:
+    def tools_called(example: Example) -> set[str]:
+        return {c["function"]["name"] for m in example.messages for c in m.get("tool_calls", [])}
+
+    def share_calling_two_tools(share: float) -> float:
+        examples = generate("train", 400, 0, earlier_turn=share)
+        return sum(len(tools_called(e)) > 1 for e in examples) / len(examples)
+
+    single, default, conversation = map(share_calling_two_tools, (0.0, EARLIER_TURN, 1.0))
+    assert single < 0.1 < default < 0.3 < conversation  # follow-ups such as a timer's cancel call two alone
+    narrowed = [generate("train", 50, 0, intents=["time"], earlier_turn=s) for s in (0.0, 1.0)]
+    assert [e.messages for e in narrowed[0]] == [e.messages for e in narrowed[1]]  # probes isolate one skill
+    assert from_dict({"data": {"earlier_turn": 0.5}}).data.earlier_turn == 0.5
+    with pytest.raises(RunConfigError, match="earlier_turn is a share"):
+        from_dict({"data": {"earlier_turn": 1.5}})
