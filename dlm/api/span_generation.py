@@ -69,7 +69,7 @@ def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, p
     """Yield newly final ids (span tags included, stop ids not); every `next` is one pass, on the worker.
     `bias` steers free text and spans alike toward the phrases a reply copies (:mod:`dlm.decoding.logit_bias`)."""
     cfg = engine.model.cfg
-    max_tokens = min(max_tokens, cfg.max_position_embeddings - len(prompt))  # no position past the context
+    max_tokens = min(max_tokens, engine.context_room() - len(prompt))  # no position past the context
     policy = dataclasses.replace(resolve(cfg, knobs, engine.stop_ids), first_blocks=())
     # inside spans the same effort's rule sets how confident a token must be to commit beside the leftmost one
     sampling = Sampling(temperature=knobs.temperature, top_p=knobs.top_p)
