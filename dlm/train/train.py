@@ -321,6 +321,23 @@ def schedule_step(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum
     return max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))
 
 
+PACE_AFTER = 200  # full-mix steps whose pace tells where a run behind its `steps` will stop
+
+
+def pace_note(run: RunConfig, step: int, seconds: float, since: tuple[int, float]) -> tuple[int, str] | None:
+    """The step the run reaches by `max_minutes` at the pace it kept since `since` (a step and its seconds of
+    training), and a line saying so, or None when it reaches all its `steps`. A slower machine's run stops
+    short and scores lower (docs/demo-model.md), which whoever trains should learn in its first minutes rather
+    than from a progress bar whose ETA counts to `steps`."""
+    opt = run.train
+    pace = (step - since[0]) / max(seconds - since[1], 1e-9)
+    reached = step + math.floor(pace * max(opt.max_minutes * 60 - seconds, 0.0))
+    if reached >= opt.steps:
+        return None
+    return reached, (f"at {pace:.1f} steps/s the run reaches about step {reached} of {opt.steps} by max_minutes="
+                     f"{opt.max_minutes}; its learning rate follows the clock, so it still ends annealed")
+
+
 def learning_rate(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum: bool = False) -> float:
     """Linear warm-up, then a cosine decay that ends at `steps` or at `max_minutes`, whichever comes first
     (`schedule_step`); in the curriculum, a cosine `[curriculum] cosine_steps` long when it names one."""
@@ -390,6 +407,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
     last = min(opt_cfg.steps, stop_after or opt_cfg.steps)
+    full_since: tuple[int, float] | None = None  # when this session's full mix began: step, seconds
 
     def curriculum_only_and_over() -> bool:
         return curriculum_only and source.started(FULL)
@@ -413,6 +431,11 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         if begins := next_phase(run, source, losses, step, spent + elapsed):
             source.begin(begins[0], step)
             tqdm.write(begins[1])
+            full_since = (step, spent + elapsed) if begins[0] == FULL else full_since
+        if full_since and step == full_since[0] + PACE_AFTER and (note := pace_note(run, step, spent + elapsed,
+                                                                                   full_since)):
+            bar.total = note[0]  # the bar's ETA then says when the run ends
+            tqdm.write(note[1])
         tokens_seen += batch.tokens
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",

@@ -26,6 +26,7 @@ from dlm.train.train import (
     curriculum_over,
     learning_rate,
     next_phase,
+    pace_note,
     prepare_data,
     train,
 )
@@ -346,6 +347,25 @@ def test_a_curriculum_with_its_own_cosine_keeps_its_rates_whatever_the_runs_leng
     assert learning_rate(long_fixed, 600) == learning_rate(long, 600)  # the full mix follows the run's steps
     with pytest.raises(RunConfigError, match="cosine_steps"):
         run(1010, cosine_steps=5)
+
+
+def test_a_run_behind_the_pace_says_early_where_it_will_stop() -> None:
+    run = from_dict({"train": {"steps": 1000, "max_minutes": 1.0}})
+    # 200 steps in the 20 s since step 100 at 10 s: 10 steps/s for the 30 s left
+    reached, line = pace_note(run, 300, 30.0, since=(100, 10.0))
+    assert reached == 600 and "about step 600 of 1000" in line and "10.0 steps/s" in line
+    assert pace_note(run, 300, 10.0, since=(100, 5.0)) is None  # 40 steps/s: all 1000 with time to spare
+    assert pace_note(run, 300, 70.0, since=(100, 10.0))[0] == 300  # past the limit: it stops here
+
+
+def test_the_loop_says_where_a_slow_run_stops_once_its_full_mix_has_a_pace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("dlm.train.train.PACE_AFTER", 4)
+    config = tiny_run(tmp_path, steps=10**6, curriculum_steps=2)
+    config["train"]["max_minutes"] = 1.0  # a tiny model's steps are fast, but not 16,000 a second
+    train(from_dict(config), progress=False, stop_after=10)
+    said = [line for line in capsys.readouterr().out.splitlines() if "steps/s" in line]
+    assert len(said) == 1 and re.search(r"reaches about step \d+ of 1000000 by max_minutes=1.0", said[0]), said
 
 
 def test_the_loop_tells_the_schedule_which_steps_are_the_curriculums(tmp_path: Path,
