@@ -431,11 +431,12 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         if begins := next_phase(run, source, losses, step, spent + elapsed):
             source.begin(begins[0], step)
             tqdm.write(begins[1])
-            full_since = (step, spent + elapsed) if begins[0] == FULL else full_since
+            if begins[0] == FULL:
+                full_since = (step, spent + elapsed)
         if full_since and step == full_since[0] + PACE_AFTER and (note := pace_note(run, step, spent + elapsed,
                                                                                    full_since)):
-            bar.total = note[0]  # the bar's ETA then says when the run ends
-            tqdm.write(note[1])
+            bar.total, line = note  # the bar's ETA then says when the run ends
+            tqdm.write(line)
         tokens_seen += batch.tokens
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
