@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
+from dlm.cli import DEMO_CHECKPOINT
 from dlm.cli_args import at_least_one, checkpoint, finite_float, output_path, refusal
 from dlm.config import CheckpointError
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
@@ -63,7 +64,6 @@ from dlm.tools.registry import ASKING_WORDS
 from dlm.train.data import Example, generate
 from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
 
-DEFAULT_MODEL = Path(__file__).parent / "assets" / "demo"
 MAX_NEW_TOKENS = 64
 
 
@@ -389,7 +389,7 @@ def format_table(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlm.eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=checkpoint, default=str(DEFAULT_MODEL),
+    parser.add_argument("--model", type=checkpoint, default=str(DEMO_CHECKPOINT),
                         help="checkpoint directory (default: the demo)")
     parser.add_argument("--json", type=output_path, help="also write the figures to this JSON file")
     parser.add_argument("--failures", type=output_path, help="also write the dialogues the headline effort got wrong (calls "

@@ -110,9 +110,10 @@ def summarise(mode: str, clients: int, timings: list[RequestTiming], wall: float
 
 
 def _default_model() -> Path:
-    root = Path(__file__).resolve().parents[1]
-    demo = root / "dlm" / "assets" / "demo"
-    return demo if (demo / "config.json").exists() else root.parent / "shared" / "fixtures" / "sdar" / "checkpoint"
+    from dlm.cli import DEMO_CHECKPOINT
+
+    fixture = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sdar" / "checkpoint"
+    return DEMO_CHECKPOINT if (DEMO_CHECKPOINT / "config.json").exists() else fixture
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

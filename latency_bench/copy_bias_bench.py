@@ -15,15 +15,16 @@ import time
 
 import torch
 
+from dlm.cli import DEMO_CHECKPOINT
 from dlm.cli_args import at_least_one, checkpoint, output_path
 from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.engine import Engine
-from dlm.eval import DEFAULT_MODEL, MAX_NEW_TOKENS
+from dlm.eval import MAX_NEW_TOKENS
 from dlm.train.data import generate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", type=checkpoint, default=str(DEFAULT_MODEL), help="checkpoint directory (default: the demo)")
+    parser.add_argument("--model", type=checkpoint, default=str(DEMO_CHECKPOINT), help="checkpoint directory (default: the demo)")
     parser.add_argument("--replies", type=at_least_one, default=40, help="held-out replies after a tool result")
     parser.add_argument("--repeats", type=at_least_one, default=3, help="times each reply is decoded each way")
     parser.add_argument("--threads", type=at_least_one, default=2)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import platform
+import re
 import statistics
 import tempfile
 import time
@@ -34,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--examples", type=at_least_one, default=3000, help="dialogues the batches are drawn from")
     parser.add_argument("--threads", type=at_least_one, default=2)
     parser.add_argument("--json", type=output_path, help="also write the figures here")
+
+
+def cpu_model() -> str:
+    """The processor's name, for the record: the same step takes twice as long on some 2-core machines."""
+    cpuinfo = Path("/proc/cpuinfo")
+    names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M) if cpuinfo.exists() else []
+    return names[0] if names else platform.processor() or "unknown"
 
 
 class Trainer:
@@ -68,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         items, block_size = source.batch(step), sizes[step % len(sizes)]
         for name, trainer in trainers.items():
             times[name].append(trainer.step(items, block_size, step))
-    report = {"config": args.config, "threads": args.threads, "steps": args.steps}
+    report = {"config": args.config, "cpu": cpu_model(), "threads": args.threads, "steps": args.steps}
     for name, spent in times.items():
         timed = spent[WARMUP_STEPS:]
         report[name] = {"median_s": statistics.median(timed), "mean_s": statistics.fmean(timed),

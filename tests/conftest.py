@@ -9,10 +9,12 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 
+from dlm.cli import DEMO_CHECKPOINT
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT.parent / "shared" / "fixtures"
+SDAR_FIXTURE = FIXTURES / "sdar" / "checkpoint"  # a tiny real-format checkpoint
 FAMILIES = ("sdar", "llada", "fast_dllm_v2", "dream")
-DEMO_CHECKPOINT = ROOT / "dlm" / "assets" / "demo"
 # Piper without its random noise: a caller's clip, and what Whisper hears in it, are the same on every run
 # (with the noise, one rendering in a few was misheard and failed a test now and then).
 NOISE_FREE_VOICE = {"noise_scale": 0.0, "noise_w_scale": 0.0}

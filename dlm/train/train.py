@@ -427,26 +427,26 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         bf16 = opt_cfg.bf16 and (run.curriculum.bf16 or not in_curriculum)
         losses.append(optimise(model, optimizer, batch, opt_cfg, bf16))
         step += 1
-        elapsed = time.monotonic() - started
-        if begins := next_phase(run, source, losses, step, spent + elapsed):
+        elapsed = time.monotonic() - started  # this session's seconds
+        clock = spent + elapsed  # the whole run's, earlier sessions included
+        if begins := next_phase(run, source, losses, step, clock):
             source.begin(begins[0], step)
             tqdm.write(begins[1])
             if begins[0] == FULL:
-                full_since = (step, spent + elapsed)
-        if full_since and step == full_since[0] + PACE_AFTER and (note := pace_note(run, step, spent + elapsed,
-                                                                                   full_since)):
+                full_since = (step, clock)
+        if full_since and step == full_since[0] + PACE_AFTER and (note := pace_note(run, step, clock, full_since)):
             bar.total, line = note  # the bar's ETA then says when the run ends
             tqdm.write(line)
         tokens_seen += batch.tokens
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}", tok_s=f"{tokens_seen / elapsed:.0f}",
                         block=block_size, corpus=source.phases[source.phase_index(step - 1)].name)
-        out_of_time = spent + elapsed > opt_cfg.max_minutes * 60
+        out_of_time = clock > opt_cfg.max_minutes * 60
         stopping = out_of_time or curriculum_only_and_over()
         if step % opt_cfg.checkpoint_every == 0 or step == last or stopping:
             state_dir.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                        "losses": losses, "phase_starts": source.starts(), "seconds": spent + elapsed,
+                        "losses": losses, "phase_starts": source.starts(), "seconds": clock,
                         "config": run.as_dict()}, state_path)
             write_run_plot(state_dir, losses, source.starts())
         if out_of_time:

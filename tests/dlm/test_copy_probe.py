@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from dlm.eval import DEFAULT_MODEL
+from dlm.cli import DEMO_CHECKPOINT
 from dlm.train.copy_probe import copy_accuracy, copy_positions, main
 from dlm.train.data import generate
 from dlm.train.encode import DialogueEncoder
@@ -25,7 +25,7 @@ def test_intents_narrow_the_final_turn_and_unknown_ones_are_refused() -> None:
 
 
 def test_the_probe_scores_the_replys_copy_of_the_heard_phrase_and_nothing_else() -> None:
-    tokenizer = Tokenizer.from_file(str(DEFAULT_MODEL / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(DEMO_CHECKPOINT / "tokenizer.json"))
     space = tokenizer.token_to_id(SPACE)
     for example in generate("heldout", 20, seed=5, intents=["repeat"]):
         ids = DialogueEncoder(tokenizer).encode(example).ids
@@ -42,7 +42,7 @@ def test_shipped_checkpoint_copies_heard_words_and_an_untrained_one_does_not(tmp
     main(["--train", "0", "--config", str(DEMO_CONFIG), "--examples", "300", "--out", str(tmp_path), "--dialogues", "8"])
     printed = capsys.readouterr().out
     untrained = [float(line.split()[-1].rstrip("%")) / 100 for line in printed.splitlines() if "copy accuracy" in line]
-    shipped = copy_accuracy(DEFAULT_MODEL, dialogues=20)
+    shipped = copy_accuracy(DEMO_CHECKPOINT, dialogues=20)
     assert len(untrained) == 2 and max(untrained) < 0.05
     # measured 16.8% / 26.9%; the checkpoint trained without the copying curriculum scored 1.0% / 2.5%
     assert min(shipped.values()) > 0.12

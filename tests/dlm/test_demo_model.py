@@ -11,25 +11,26 @@ import jsonschema
 import pytest
 from safetensors import safe_open
 
+from dlm.cli import DEMO_CHECKPOINT
 from dlm.engine import Engine
-from dlm.eval import DEFAULT_MODEL, Assistant, call_error, main, same_call
+from dlm.eval import Assistant, call_error, main, same_call
 from dlm.tools import ToolSession, tool_call_schema
 from dlm.train.data import Example, generate
 
 
 @pytest.fixture(scope="module")
 def assistant() -> Assistant:
-    return Assistant(Engine.from_dir(DEFAULT_MODEL))
+    return Assistant(Engine.from_dir(DEMO_CHECKPOINT))
 
 
 def test_checkpoint_is_small_and_in_the_sdar_format() -> None:
-    files = {p.name: p.stat().st_size for p in Path(DEFAULT_MODEL).iterdir()}
+    files = {p.name: p.stat().st_size for p in Path(DEMO_CHECKPOINT).iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "generation_config.json"} <= set(files)
     assert sum(files.values()) <= 10 * 1024 * 1024
-    config = json.loads((DEFAULT_MODEL / "config.json").read_text())
+    config = json.loads((DEMO_CHECKPOINT / "config.json").read_text())
     assert config["model_type"] == "sdar" and config["tie_word_embeddings"]
-    with safe_open(str(DEFAULT_MODEL / "model.safetensors"), framework="pt") as f:
+    with safe_open(str(DEMO_CHECKPOINT / "model.safetensors"), framework="pt") as f:
         assert "model.layers.0.self_attn.q_norm.weight" in f.keys()  # noqa: SIM118
         assert str(f.get_tensor("model.embed_tokens.weight").dtype) == "torch.bfloat16"
 

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
-from tests.conftest import NOISE_FREE_VOICE
+from dlm.cli import DEMO_CHECKPOINT
+from tests.conftest import NOISE_FREE_VOICE, SDAR_FIXTURE
 from voice.audio import write_wav
-from voice.config import ROOT, load_config
+from voice.config import load_config
 from voice.pipeline import VoicePipeline
 from voice.resources import Resources
 from voice.server import ServerConfig, create_app
@@ -56,8 +57,6 @@ async def drained(server: TestServer, timeout: float = 10.0) -> bool:
 
 # ---------------------------------------------------------------------------------------------- the real pipeline
 
-DEMO_CHECKPOINT = ROOT / "dlm" / "assets" / "demo"
-FIXTURE_CHECKPOINT = ROOT.parent / "shared" / "fixtures" / "sdar" / "checkpoint"
 QUESTION = "What is the capital of France?"
 _loaded: dict[str, Resources] = {}
 
@@ -70,7 +69,7 @@ def trained_model() -> bool:
 def pipeline_resources() -> Resources:
     """Whisper, Piper and the LM, loaded once per test process (both test folders share them)."""
     if "resources" not in _loaded:
-        checkpoint = DEMO_CHECKPOINT if trained_model() else FIXTURE_CHECKPOINT
+        checkpoint = DEMO_CHECKPOINT if trained_model() else SDAR_FIXTURE
         # Random weights say nothing worth waiting for: a few tokens are enough to exercise the audio path.
         config = load_config("default").replace(
             lm={"checkpoint": str(checkpoint), "max_new_tokens": 64 if trained_model() else 6}, tts=NOISE_FREE_VOICE)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
+from dlm.cli import DEMO_CHECKPOINT
 from dlm.engine import Engine
 from dlm.tools.calls import ToolCall, parse_tool_call
 from dlm.tools.grounding import heard_numbers, heard_phrases
@@ -15,12 +15,10 @@ from voice.config import LmConfig
 from voice.events import TokenUsage
 from voice.lm_stage import LmStage
 
-DEMO = Path(__file__).resolve().parents[2] / "dlm" / "assets" / "demo"
-
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    return Engine.from_dir(DEMO)
+    return Engine.from_dir(DEMO_CHECKPOINT)
 
 
 def ground(engine: Engine, question: str, body: dict) -> tuple[dict, int]:

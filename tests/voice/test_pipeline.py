@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 import torch
 
+from dlm.cli import DEMO_CHECKPOINT
 from dlm.engine import Engine
-from tests.conftest import ANSWER_GATE_REASON, NOISE_FREE_VOICE, demo_answers_correctly
+from tests.conftest import ANSWER_GATE_REASON, NOISE_FREE_VOICE, SDAR_FIXTURE, demo_answers_correctly
 from voice.asr import WhisperAsr
-from voice.config import ROOT, PipelineConfig, load_config
+from voice.config import PipelineConfig, load_config
 from voice.events import (
     AudioCleared,
     PipelineError,
@@ -35,9 +36,7 @@ from voice.resources import Resources, warm_engine
 from voice.trace import MARKS
 from voice.tts import PiperTts
 
-DEMO = ROOT / "dlm" / "assets" / "demo"
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "sdar" / "checkpoint"
-HAVE_DEMO = (DEMO / "config.json").is_file()
+HAVE_DEMO = (DEMO_CHECKPOINT / "config.json").is_file()
 needs_capable_model = pytest.mark.skipif(not demo_answers_correctly(), reason=ANSWER_GATE_REASON)
 
 
@@ -46,8 +45,8 @@ def test_config() -> PipelineConfig:
     without its random noise, so a caller's clip and what Whisper hears in it are the same on every run."""
     base = load_config("default").replace(tts=NOISE_FREE_VOICE)
     if HAVE_DEMO:  # short replies keep a few turns inside the demo model's 256-token context
-        return base.replace(lm={"checkpoint": str(DEMO), "max_new_tokens": 32})
-    return base.replace(lm={"checkpoint": str(FIXTURE), "max_new_tokens": 4, "tools": False})
+        return base.replace(lm={"checkpoint": str(DEMO_CHECKPOINT), "max_new_tokens": 32})
+    return base.replace(lm={"checkpoint": str(SDAR_FIXTURE), "max_new_tokens": 4, "tools": False})
 
 
 test_config.__test__ = False  # a helper, not a test
