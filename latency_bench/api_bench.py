@@ -23,8 +23,8 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from dlm.cli import DEMO_CHECKPOINT
 from dlm.cli_args import at_least_one, at_least_one_each, checkpoint, output_path
 
 PROMPTS = [
@@ -109,17 +109,10 @@ def summarise(mode: str, clients: int, timings: list[RequestTiming], wall: float
                        sum(t.completion_tokens for t in timings) / wall, wall)
 
 
-def _default_model() -> Path:
-    from dlm.cli import DEMO_CHECKPOINT
-
-    fixture = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sdar" / "checkpoint"
-    return DEMO_CHECKPOINT if (DEMO_CHECKPOINT / "config.json").exists() else fixture
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dlm.checkpoint import DTYPES
 
-    p.add_argument("--model", type=checkpoint, default=_default_model(), help="checkpoint dir (default: the demo)")
+    p.add_argument("--model", type=checkpoint, default=str(DEMO_CHECKPOINT), help="checkpoint dir (default: the demo)")
     p.add_argument("--clients", type=at_least_one_each, default="1,4,16", help="comma-separated concurrency levels")
     p.add_argument("--rounds", type=at_least_one, default=3, help="requests per client at each level")
     p.add_argument("--max-tokens", type=at_least_one, default=48)

@@ -17,9 +17,6 @@ from dlm.api.server import create_app
 from dlm.cli import DEMO_CHECKPOINT
 from dlm.tools import tool_specs
 
-pytestmark = pytest.mark.skipif(not (DEMO_CHECKPOINT / "config.json").exists(),
-                                reason="the demo checkpoint dlm/assets/demo is not built yet")
-
 ASKS = [("what city is the capital of gikifoland", "country_capital", {"country": "gikifoland"}),
         ("uh what's the capital of oskaluvia", "country_capital", {"country": "oskaluvia"}),
         ("spell the word lantern", "spell_word", {"word": "lantern"}),

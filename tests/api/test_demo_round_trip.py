@@ -16,9 +16,6 @@ from dlm.api.server import create_app
 from dlm.cli import DEMO_CHECKPOINT
 from dlm.tools import TOOLS, ToolError, run_tool, tool_specs
 
-pytestmark = pytest.mark.skipif(not (DEMO_CHECKPOINT / "config.json").exists(),
-                                reason="the demo checkpoint dlm/assets/demo is not built yet")
-
 
 @pytest.fixture(scope="module")
 def demo_client():

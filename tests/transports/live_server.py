@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
-from dlm.cli import DEMO_CHECKPOINT
-from tests.conftest import NOISE_FREE_VOICE, SDAR_FIXTURE
+from tests.conftest import NOISE_FREE_VOICE
 from voice.audio import write_wav
 from voice.config import load_config
 from voice.pipeline import VoicePipeline
@@ -57,22 +56,16 @@ async def drained(server: TestServer, timeout: float = 10.0) -> bool:
 
 # ---------------------------------------------------------------------------------------------- the real pipeline
 
-QUESTION = "What is the capital of France?"
+# Whisper tiny.en hears Piper's noise-free "France" as "friends" in some renderings (the reply is then, rightly,
+# "sorry, i don't know the capital of friends"); it hears "Japan" every way these tests deliver it.
+QUESTION, COUNTRY, CAPITAL = "What is the capital of Japan?", "japan", "tokyo"
 _loaded: dict[str, Resources] = {}
-
-
-def trained_model() -> bool:
-    """True once the demo checkpoint exists; before that the random-weight fixture answers gibberish."""
-    return (DEMO_CHECKPOINT / "config.json").is_file()
 
 
 def pipeline_resources() -> Resources:
     """Whisper, Piper and the LM, loaded once per test process (both test folders share them)."""
     if "resources" not in _loaded:
-        checkpoint = DEMO_CHECKPOINT if trained_model() else SDAR_FIXTURE
-        # Random weights say nothing worth waiting for: a few tokens are enough to exercise the audio path.
-        config = load_config("default").replace(
-            lm={"checkpoint": str(checkpoint), "max_new_tokens": 64 if trained_model() else 6}, tts=NOISE_FREE_VOICE)
+        config = load_config("default").replace(tts=NOISE_FREE_VOICE)  # the demo checkpoint
         _loaded["resources"] = asyncio.run(Resources.load(config))
     return _loaded["resources"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from live_server import drained, registry, url
+from live_server import CAPITAL, COUNTRY, drained, registry, url
 
 from tests.conftest import demo_answers_correctly
 from voice.audio import resample
@@ -81,7 +81,7 @@ async def test_two_turn_conversation(serve, new_pipeline, question) -> None:
         await next_event(ws, "input_audio_buffer.speech_stopped", seen)
         heard = await next_event(ws, "conversation.item.input_audio_transcription.completed", seen)
         assert heard["item_id"] == started["item_id"]
-        assert "capital" in heard["transcript"].lower() and "france" in heard["transcript"].lower()
+        assert "capital" in heard["transcript"].lower() and COUNTRY in heard["transcript"].lower()
         done = await next_event(ws, "response.done", seen)
         await speaker
         assert done["response"]["status"] == "completed"
@@ -100,7 +100,7 @@ async def test_two_turn_conversation(serve, new_pipeline, question) -> None:
         assert second["response"]["id"] != done["response"]["id"]
         assert len(reply_audio(seen, second["response"]["id"])) > 0
         if demo_answers_correctly():
-            assert "paris" in done["response"]["output"][0]["content"][0]["transcript"].lower()
+            assert CAPITAL in done["response"]["output"][0]["content"][0]["transcript"].lower()
     assert not [e for e in seen if e["type"] == "error"]
 
 

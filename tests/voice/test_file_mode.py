@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dlm.cli import DEMO_CHECKPOINT
-from tests.conftest import NOISE_FREE_VOICE, SDAR_FIXTURE
+from tests.conftest import NOISE_FREE_VOICE
 from voice.audio import read_wav, write_wav
 from voice.cli import main
 from voice.file_mode import CALLER_RATE, FileModeError, format_turn_table, load_input
@@ -81,10 +81,7 @@ def test_run_writes_time_aligned_audio_and_traces(tmp_path: Path, capsys: pytest
     question = tmp_path / "question.wav"
     write_wav(question, PiperTts(TtsConfig(**NOISE_FREE_VOICE)).synthesize("What is twelve times four?", 22050), 22050)
     config = tmp_path / "test.toml"
-    if (DEMO_CHECKPOINT / "config.json").is_file():
-        config.write_text(f'[lm]\ncheckpoint = "{DEMO_CHECKPOINT}"\n')
-    else:
-        config.write_text(f'[lm]\ncheckpoint = "{SDAR_FIXTURE}"\nmax_new_tokens = 8\ntools = false\n')
+    config.write_text(f'[lm]\ncheckpoint = "{DEMO_CHECKPOINT}"\n')
     out, traces = tmp_path / "heard.wav", tmp_path / "traces.jsonl"
 
     rc = main(["run", str(question), "--out", str(out), "--trace", str(traces), "--fast", "--config", str(config)])

@@ -1,8 +1,7 @@
 """The whole pipeline on real components: Piper speaks the caller's questions, Whisper hears them, the LM
 answers, Piper speaks the answer, and file mode plays the caller (fast mode: the timeline waits for compute).
 
-The LM is the shipped demo checkpoint when it is present, else the tiny random SDAR fixture (gibberish
-replies, real plumbing); tests that need meaningful answers need the demo checkpoint.
+The LM is the shipped demo checkpoint.
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from dlm.cli import DEMO_CHECKPOINT
 from dlm.engine import Engine
-from tests.conftest import ANSWER_GATE_REASON, NOISE_FREE_VOICE, SDAR_FIXTURE, demo_answers_correctly
+from tests.conftest import ANSWER_GATE_REASON, NOISE_FREE_VOICE, demo_answers_correctly
 from voice.asr import WhisperAsr
 from voice.config import PipelineConfig, load_config
 from voice.events import (
@@ -36,17 +34,13 @@ from voice.resources import Resources, warm_engine
 from voice.trace import MARKS
 from voice.tts import PiperTts
 
-HAVE_DEMO = (DEMO_CHECKPOINT / "config.json").is_file()
 needs_capable_model = pytest.mark.skipif(not demo_answers_correctly(), reason=ANSWER_GATE_REASON)
 
 
 def test_config() -> PipelineConfig:
-    """The default config on whichever checkpoint is here; the fixture's replies are kept short. Piper speaks
-    without its random noise, so a caller's clip and what Whisper hears in it are the same on every run."""
-    base = load_config("default").replace(tts=NOISE_FREE_VOICE)
-    if HAVE_DEMO:  # short replies keep a few turns inside the demo model's 256-token context
-        return base.replace(lm={"checkpoint": str(DEMO_CHECKPOINT), "max_new_tokens": 32})
-    return base.replace(lm={"checkpoint": str(SDAR_FIXTURE), "max_new_tokens": 4, "tools": False})
+    """The default config (the demo checkpoint). Piper speaks without its random noise, so a caller's clip and
+    what Whisper hears in it are the same on every run."""
+    return load_config("default").replace(tts=NOISE_FREE_VOICE)
 
 
 test_config.__test__ = False  # a helper, not a test
@@ -315,9 +309,9 @@ async def test_spoken_arithmetic_gets_the_right_spoken_number(resources: Resourc
 
 @needs_capable_model
 async def test_two_turns_keep_context(resources: Resources) -> None:
-    clips = [say(resources, "What is the capital of France?"), say(resources, "And of Spain?")]
+    clips = [say(resources, "What is the capital of Japan?"), say(resources, "And of Spain?")]
     result, pipeline = await converse(resources, clips)
     replies = [e.text.lower() for e in of_type(result, ResponseDone)]
     assert len(replies) == 2
-    assert "paris" in replies[0] and "madrid" in replies[1], replies
+    assert "tokyo" in replies[0] and "madrid" in replies[1], replies
     assert [m["role"] for m in pipeline.history if m["role"] in ("user", "assistant")][:2] == ["user", "assistant"]

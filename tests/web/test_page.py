@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 from browser import chromium_page, have_chromium
-from live_server import QUESTION, drained, url
+from live_server import CAPITAL, QUESTION, drained, url
 
 from tests.conftest import demo_answers_correctly, spoken_words_recovered
 
@@ -70,4 +70,4 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
     reply = state["traces"][0]["reply"]
     assert spoken_words_recovered(reply, heard.text) >= 0.6, (reply, heard.text)
     if demo_answers_correctly():
-        assert "paris" in heard.text.lower()
+        assert CAPITAL in heard.text.lower()
