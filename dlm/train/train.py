@@ -321,7 +321,8 @@ def schedule_step(run: RunConfig, step: int, seconds: float = 0.0, in_curriculum
     return max(step, math.floor(opt.steps * seconds / (opt.max_minutes * 60)))
 
 
-PACE_AFTER = 200  # full-mix steps whose pace tells where a run behind its `steps` will stop
+PACE_SKIP = 50  # a session's first full-mix steps, left out of its pace: they compile (bf16 recompiles too)
+PACE_AFTER = 200  # full-mix steps whose pace then tells where a run behind its `steps` will stop
 
 
 def pace_note(run: RunConfig, step: int, seconds: float, since: tuple[int, float]) -> tuple[int, str] | None:
@@ -407,7 +408,8 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     bar = tqdm(total=opt_cfg.steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
     last = min(opt_cfg.steps, stop_after or opt_cfg.steps)
-    full_since: tuple[int, float] | None = None  # when this session's full mix began: step, seconds
+    full_steps = 0  # this session's steps in the full mix: a run resumed there (after the race) has a pace too
+    pace_from: tuple[int, float] = (0, 0.0)  # the step after PACE_SKIP of them, and its seconds
 
     def curriculum_only_and_over() -> bool:
         return curriculum_only and source.started(FULL)
@@ -432,9 +434,10 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         if begins := next_phase(run, source, losses, step, clock):
             source.begin(begins[0], step)
             tqdm.write(begins[1])
-            if begins[0] == FULL:
-                full_since = (step, clock)
-        if full_since and step == full_since[0] + PACE_AFTER and (note := pace_note(run, step, clock, full_since)):
+        full_steps += 0 if in_curriculum else 1
+        if full_steps == PACE_SKIP:
+            pace_from = (step, clock)
+        elif full_steps == PACE_SKIP + PACE_AFTER and (note := pace_note(run, step, clock, pace_from)):
             bar.total, line = note  # the bar's ETA then says when the run ends
             tqdm.write(line)
         tokens_seen += batch.tokens
