@@ -24,8 +24,7 @@ ANSWER_ACCURACY_BAR = 0.9
 def demo_answer_accuracy() -> float:
     """Held-out answer correctness of the shipped demo checkpoint as `python -m dlm.eval` measured it, decoded as
     the voice stage decodes (its tool calls grounded in the caller's words), which is what these tests hear."""
-    path = DEMO_CHECKPOINT / "eval.json"
-    return float(json.loads(path.read_text())["answer_correct_grounded"]) if path.is_file() else 0.0
+    return float(json.loads((DEMO_CHECKPOINT / "eval.json").read_text())["answer_correct_grounded"])
 
 
 def demo_answers_correctly() -> bool:

@@ -309,6 +309,7 @@ async def test_spoken_arithmetic_gets_the_right_spoken_number(resources: Resourc
 
 @needs_capable_model
 async def test_two_turns_keep_context(resources: Resources) -> None:
+    # Japan, not France: tiny.en hears this voice's "France" as "friends" here (tests/transports/live_server.py)
     clips = [say(resources, "What is the capital of Japan?"), say(resources, "And of Spain?")]
     result, pipeline = await converse(resources, clips)
     replies = [e.text.lower() for e in of_type(result, ResponseDone)]
