@@ -63,7 +63,11 @@ _PAIR = re.compile(r"\s*(?P<a>\d+(?:\.\d+)?)\s*(?P<op>\*\*|[-+*/%])?\s*(?P<b>\d+
 # an expression for it is left as the model wrote it
 _SPOKEN_OPERATORS = {"plus": "+", "add": "+", "together": "+", "sum": "+", "minus": "-", "subtract": "-",
                      "less": "-", "times": "*", "multiplied": "*", "x": "*", "divided": "/", "over": "/",
-                     "squared": "**", "power": "**", "itself": "**"}
+                     "squared": "**", "power": "**", "itself": "**", "cubed": "**"}
+# Numbers a caller says without a number word: "32 squared" is "32 ** 2", "half of 30" is "30 / 2". Left out, an
+# earlier tool result took the 2's place ("35 ** 7.87" for "how much is 35 squared" after a conversion)
+_IMPLIED_NUMBERS = ((re.compile(r"\b(?:squared|square(?! root)|itself|second power|half|double|twice)\b"), 2),
+                    (re.compile(r"\b(?:cubed|third power|triple)\b"), 3))
 
 
 class _SpokenNumber:
@@ -164,10 +168,10 @@ def heard_units(text: str) -> tuple[list[str], list[str]]:
 
 def heard_offers(text: str) -> dict[str, list[Any]]:
     """What `text` offers each kind of heard parameter: as a "name" its phrases that neither begin nor end with
-    a function word, as a "word" any one of its words, as a "number" the numbers said, as a "quantity unit"
-    and a "target unit" the units it names (:func:`heard_units`)."""
+    a function word or a lone letter, as a "word" any one of its words, as a "number" the numbers said, as a
+    "quantity unit" and a "target unit" the units it names (:func:`heard_units`)."""
     phrases = heard_phrases(text)
-    names = [p for p in phrases if FUNCTION_WORDS.isdisjoint({p.split()[0], p.split()[-1]})]
+    names = [p for p in phrases if _may_bound_name(p.split()[0]) and _may_bound_name(p.split()[-1])]
     quantity_units, target_units = heard_units(text)
     return {"name": names, "word": [p for p in phrases if " " not in p], "number": heard_numbers(text),
             "quantity unit": quantity_units, "target unit": target_units}
@@ -175,7 +179,13 @@ def heard_offers(text: str) -> dict[str, list[Any]]:
 
 def name_words(text: str) -> list[str]:
     """The words of a transcript a name it carries may begin with: neither function words nor numbers."""
-    return _without([w for w in _WORD.findall(text.lower()) if w not in FUNCTION_WORDS], _NUMBER_WORDS)
+    return _without([w for w in _WORD.findall(text.lower()) if _may_bound_name(w)], _NUMBER_WORDS)
+
+
+def _may_bound_name(word: str) -> bool:
+    """Whether a name may begin or end with ``word``: not a function word, nor a lone letter, which is what a
+    transcript leaves of a contraction ("how s teacher spelled" offered "s teacher" to spell)."""
+    return word not in FUNCTION_WORDS and len(word) > 1
 
 
 def whole_phrase(phrases: list[str]) -> str | None:
@@ -247,19 +257,23 @@ def nearest_phrase(value: str, phrases: list[str]) -> str | None:
 def heard_expression(expression: str, heard_text: str, results: str = "") -> str:
     """The expression with the caller's numbers and operator in it.
 
-    A number in it that is neither said nor an earlier result (`results`: the conversation's tool results, a
-    follow-up's "it") is replaced. When it holds as many numbers as the caller said, it gets theirs in the
-    order said ("129 - 55" for "129 minus fifty-four" -> "129 - 54"); else each such number gets, in turn, one
-    it lacks of those said and then of the earlier results, when there are as many ("1024 + 88" for "and then
-    plus 8" -> "1024 + 8", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12"). A number nobody says
-    ("32 ** 2" for "32 squared") stays. Then an expression of two numbers whose operator is not the one the
+    The numbers said include those words such as "squared" or "half" say (:data:`_IMPLIED_NUMBERS`). A number
+    in it that is neither said nor an earlier result (`results`: the conversation's tool results, a follow-up's
+    "it", which counts only when the caller said at most one number, as a follow-up does) is replaced. When it holds as many numbers as the caller said, it gets theirs in the
+    order said ("129 - 55" for "129 minus fifty-four" -> "129 - 54"), and so it does when it holds another
+    mix of them ("11 * 11" for "11 x one" -> "11 * 1"); else each unknown number gets, in turn, one it lacks
+    of those said and then of the earlier results, when there are as many ("1024 + 88" for "and then plus 8"
+    -> "1024 + 8", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12"). A number nobody says stays
+    ("5 / 100 * 80" for "5 percent of 80"). Then an expression of two numbers whose operator is not the one the
     caller said (`_SPOKEN_OPERATORS`, when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus
     22" -> "51 - 22", "8 9" -> "8 * 9"."""
-    said = list(dict.fromkeys(n for n in heard_numbers(heard_text) if n >= 0))
-    known = list(dict.fromkeys([*said, *(n for n in heard_numbers(results) if n >= 0)]))
+    implied = [n for pattern, n in _IMPLIED_NUMBERS if pattern.search(heard_text.lower())]
+    said = list(dict.fromkeys([*(n for n in heard_numbers(heard_text) if n >= 0), *implied]))
+    earlier = [n for n in heard_numbers(results) if n >= 0] if len(said) <= 1 else []  # a follow-up says one
+    known = list(dict.fromkeys([*said, *earlier]))
     literals = list(_LITERAL.finditer(expression))
     values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
-    if any(v not in known for v in values):
+    if any(v not in known for v in values) or len(values) == len(said) and sorted(values) != sorted(said):
         if len(values) == len(said):
             replacements = dict(enumerate(said))
         else:

@@ -194,6 +194,23 @@ def test_a_follow_up_s_expression_takes_its_numbers_from_the_caller_and_earlier_
     assert json.loads(settled) == call("calculator", expression="1024 * 12")
 
 
+def test_an_earlier_result_fills_in_only_for_a_follow_up() -> None:
+    """A follow-up says the one number it brings; a new question's unsaid numbers are its own."""
+    results = results_text([{"role": "tool", "content": json.dumps({"result": 7.87, "spoken": "seven point eight seven"})}])
+    assert heard_expression("35 ** 7.87", "how much is 35 squared thanks", results) == "35 ** 2"  # "squared" says 2
+    assert heard_expression("30 / 7", "half of 30", results) == "30 / 2"
+    assert heard_expression("5 / 100 * 80", "what's 5 percent of 80", results) == "5 / 100 * 80"
+    assert heard_expression("7.8 - 3", "then take off three", results) == "7.87 - 3"
+
+
+def test_a_lone_letter_is_no_name() -> None:
+    """A transcript's "how s" is "how's": its "s" neither begins nor ends a name."""
+    heard = "how s teacher spelled please"
+    assert "s teacher" not in heard_offers(heard)["name"] and "s" not in name_words(heard)
+    settled = settle_call(json.dumps(call("spell_word", word="teach")), heard)[0]
+    assert json.loads(settled) == call("spell_word", word="teacher")
+
+
 def test_an_expression_that_does_not_parse_is_decoded_again() -> None:
     heard = "tell me the square root of thirteen"
     assert settle_call(json.dumps(call("calculator", expression="sqrt(1rteen)")), heard)[0] is None
@@ -222,6 +239,9 @@ def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
     ("95 / 160", "what's ninety-six and 160 together", "96 + 160"),  # both at once
     ("-5 + 3", "minus 5 plus 3", "-5 + 3"),  # two operators said: left alone
     ("32 ** 2", "32 times itself", "32 ** 2"),  # "times itself" is squaring
+    ("11 * 11", "11 x one uh", "11 * 1"),  # the numbers said, though each of its own was said too
+    ("7 * 6", "what's six times 7", "7 * 6"),  # the same numbers in another order: kept
+    ("4 * 3", "what is 4 cubed", "4 ** 3"),
 ])
 def test_an_expression_carries_the_numbers_and_operator_the_caller_said(expression: str, heard: str, grounded: str) -> None:
     assert heard_expression(expression, heard) == grounded
