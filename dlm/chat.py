@@ -1,7 +1,8 @@
 """``python -m dlm chat [--model DIR]``: talk to a checkpoint in the terminal, with its tools.
 
 Each reply is printed as its blocks commit, tool calls run for real (clock, calculator, units, timers,
-capitals, spelling) and go back to the model, replies are copy-biased toward the words or the result they answer
+capitals, spelling), grounded in the words typed as the voice assistant grounds them in the words heard
+(:mod:`dlm.grounded_call`), and go back to the model, replies are copy-biased toward the words or the result they answer
 (:mod:`dlm.decoding.logit_bias`), and every turn ends with its first-block and total time, the two
 figures a voice caller feels. An empty line or end of input ends the chat.
 """
@@ -18,6 +19,7 @@ from typing import Any, TextIO
 from dlm.config import CheckpointError
 from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.engine import Engine, PromptTooLong
+from dlm.grounded_call import grounded_call
 from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCallSplitter, run_tool_call
@@ -63,12 +65,19 @@ class TerminalChat:
             reply += round_.finish()
             if round_.call_body is None:
                 break
-            call = run_tool_call(self.tools, round_.call_body)
+            call = run_tool_call(self.tools, self._grounded(round_.call_body))
             self._show(f"\n  [tool {call.name}({call.arguments}) -> {call.result}]\n")
             self.history += call.history_messages()
         self.history.append({"role": "assistant", "content": reply.strip()})
         timing.total_ms = 1000 * (time.monotonic() - started)
         return timing
+
+    def _grounded(self, body: str) -> str:
+        """The call as the voice assistant would run it for the same words (`dlm.grounded_call`)."""
+        knobs, _ = self.engine.knobs(**self.options)
+        prompt = self.engine.prompt_ids(self.history, True)
+        return grounded_call(self.engine, self.session, prompt, body, self.history, knobs,
+                             self.options["max_new_tokens"])[0]
 
     def _fit_history(self) -> None:
         """Forget the oldest exchanges while the prompt leaves no room for a whole reply in the context."""

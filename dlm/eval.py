@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from dlm.api.constrained_generation import constrained_decode
-from dlm.api.span_generation import SpanPlan, SpanRun, one_span, span_decode
+from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
 from dlm.cli import DEMO_CHECKPOINT
 from dlm.cli_args import at_least_one, checkpoint, finite_float, output_path, refusal
 from dlm.config import CheckpointError
@@ -57,9 +57,9 @@ from dlm.eval_samples import (
     mean_report,
     parse_samples,
 )
+from dlm.grounded_call import grounded_call
 from dlm.kv_cache import KVCache
 from dlm.tools import tool_call_schema
-from dlm.tools.grounding import results_text, settle_call
 from dlm.tools.registry import ASKING_WORDS
 from dlm.train.data import Example, generate
 from dlm.train.tokenizer import TOOL_CALL, TOOL_CALL_END
@@ -165,24 +165,17 @@ class Assistant:
     def grounded_call(self, prompt: list[int], said: list[int], messages: list[dict[str, Any]],
                       effort: str) -> tuple[dict[str, Any] | None, bool]:
         """The call the voice stage runs after the model said `said` in reply to `messages`, and whether it was
-        decoded again: grounded in the caller's last words and the tools' earlier results
-        (`dlm.tools.grounding.settle_call`), again under the grounded schema if it does not fit."""
+        decoded again: grounded in the caller's last words and the tools' earlier results, again under the
+        grounded schema if it does not fit (`dlm.grounded_call`)."""
         body = self.call_body(said)
         if body is None:
             return None, False
-        heard, results = messages[-1]["content"], results_text(messages)
-        settled, schema = settle_call(self.tokenizer.decode(body, skip_special=False), heard, results)
-        redone = settled is None
-        if settled is None:
-            knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size, **self.rule)
-            session = self.engine.new_session()
-            try:
-                ids = [token for step in one_span(self.engine, session, [*prompt, self.call_open], schema,
-                                                  self.call_close, self.engine.vocab, knobs, MAX_NEW_TOKENS) for token in step]
-            finally:
-                session.release()
-            redo = self.tokenizer.decode(ids, skip_special=False)
-            settled = settle_call(redo, heard, results)[0] or redo  # its expression gets the caller's numbers too
+        knobs, _ = self.engine.knobs(effort=effort, block_size=self.block_size, **self.rule)
+        written, session = self.tokenizer.decode(body, skip_special=False), self.engine.new_session()
+        try:
+            settled, redone = grounded_call(self.engine, session, prompt, written, messages, knobs, MAX_NEW_TOKENS)
+        finally:
+            session.release()
         try:
             value = json.loads(settled)
         except json.JSONDecodeError:

@@ -19,14 +19,13 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from dlm.api.span_generation import one_span
-from dlm.api.tool_calls import call_tag_ids
 from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.effort import Knobs
+from dlm.grounded_call import heard_and_results, redo_steps, settle_redone
 from dlm.history import fit_history
 from dlm.tools import ToolSession
 from dlm.tools.calls import ToolCall, ToolCallSplitter, changes_state, run_tool_call, spoken_result
-from dlm.tools.grounding import results_text, settle_call
+from dlm.tools.grounding import settle_call
 from dlm.tools.registry import ASKING_WORDS
 from voice.config import LmConfig
 from voice.events import SESSION_DEFAULTS, ResponseOptions, TokenUsage
@@ -189,27 +188,20 @@ class LmStage:
             self.history += call.history_messages()
             yield call
 
-    def _call_tags(self) -> tuple[int, int] | None:
-        """The ids of the call tags when calls can be decoded under a schema (block-causal model, tags that
-        are single tokens), else None."""
-        return None if self.engine.model.cfg.bidirectional else call_tag_ids(self.engine.tokenizer.special_tokens)
-
     async def _grounded(self, body: str, max_new_tokens: int, usage: TokenUsage | None = None) -> str:
         """The call as the caller's last words (and, for a follow-up's expression, the tools' earlier results)
-        allow it (`dlm.tools.grounding.settle_call`): kept when it fits,
-        else decoded again on the session under the grounded schema, pass by pass on the model worker, and
-        settled once more (the schema leaves an expression free: it gets the caller's numbers then)."""
-        heard = next((m["content"] for m in reversed(self.history) if m["role"] == "user"), "")
-        results = results_text(self.history)
+        allow it (`dlm.grounded_call`): kept when it fits, else decoded again on the session under the grounded
+        schema, pass by pass on the model worker, and settled once more."""
+        heard, results = heard_and_results(self.history)
         settled, schema = settle_call(body, heard, results)
-        tags = self._call_tags()
-        if settled is not None or tags is None:
-            return settled or body
+        if settled is not None:
+            return settled
+        prompt = self.engine.prompt_ids(self.history, True)
+        steps = redo_steps(self.engine, self.session, prompt, schema, Knobs(effort=self.config.effort),
+                           max_new_tokens)
+        if steps is None:
+            return body
         self.calls_redone += 1
-        open_id, close_id = tags
-        prompt = [*self.engine.prompt_ids(self.history, True), open_id]
-        steps = one_span(self.engine, self.session, prompt, schema, close_id, self.engine.vocab,
-                         Knobs(effort=self.config.effort), max_new_tokens)
         loop, ids = asyncio.get_running_loop(), []
         try:
             while (step := await loop.run_in_executor(self.engine.worker, next, steps, None)) is not None:
@@ -217,9 +209,8 @@ class LmStage:
         finally:
             self.engine.worker.submit(steps.close)
         if usage is not None:
-            usage.add(len(prompt), len(ids))
-        redo = self.engine.tokenizer.decode(ids, skip_special=False)
-        return settle_call(redo, heard, results)[0] or redo
+            usage.add(len(prompt) + 1, len(ids))
+        return settle_redone(self.engine, ids, heard, results)
 
     def rollback(self, length: int) -> None:
         """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""

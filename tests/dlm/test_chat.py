@@ -41,6 +41,15 @@ def test_the_history_holds_the_call_its_result_and_the_reply(engine: Engine) -> 
     assert call["tool_calls"][0]["function"]["name"] == "get_date"
 
 
+def test_a_typed_word_reaches_the_tool_as_the_caller_wrote_it(engine: Engine) -> None:
+    """The model alone spells "teachteaer" here; the chat grounds its calls as the voice assistant does."""
+    chat = TerminalChat(engine, io.StringIO())
+    chat.turn("how s teacher spelled")
+    call = next(m for m in chat.history if m.get("tool_calls"))["tool_calls"][0]["function"]
+    assert (call["name"], call["arguments"]) == ("spell_word", {"word": "teacher"})
+    assert chat.history[-1]["content"] == "it's spelled t, e, a, c, h, e, r."
+
+
 def test_a_missing_model_is_a_clear_error() -> None:
     done = subprocess.run([sys.executable, "-m", "dlm", "chat", "--model", "/nonexistent/model"],
                           input="hi\n", capture_output=True, text=True, timeout=120)
