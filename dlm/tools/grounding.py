@@ -26,6 +26,8 @@ from dlm.tools.units import spoken_units
 
 MAX_PHRASE_WORDS = 3
 _NAMED = ("name", "word", "label")  # the heard kinds whose values are words the caller said
+_UNIT_KINDS = frozenset(["quantity unit", "target unit"])
+FILLERS = frozenset(["um", "uh", "er", "ah", "hmm"])  # what a speaker says while finding the next word
 # Words no name begins or ends with: articles, pronouns, auxiliaries, prepositions, conjunctions, question words,
 # the verbs and adverbs of a request ("tell me", "same for ... right now") and the fillers and courtesies of
 # speech. "tell me malaysia's capital" offers "malaysia" as a country, not "tell" or "me malaysia"; "new
@@ -36,12 +38,12 @@ FUNCTION_WORDS = frozenset([
     "been", "am", "do", "does", "did", "have", "has", "had", "can", "could", "would", "will", "shall", "should",
     "may", "might", "must", "of", "to", "in", "on", "at", "by", "for", "from", "with", "about", "as", "into",
     "onto", "over", "under", "after", "before", "than", "then", "and", "or", "but", "so", "if", "what", "which",
-    "who", "whom", "whose", "when", "where", "why", "how", "um", "uh", "er", "ah", "hmm", "oh", "hey", "hi",
-    "hello", "well", "okay", "ok", "yeah", "yes", "no", "please", "thanks", "thank", "just", "now", "again", "also",
-    "too", "very", "really", "ya", "yep", "nope", "alright", "there", "here", "today", "right", "same", "tell",
-    "say", "give", "show", "let", "know", "happen", "want", "need", "like", "get", "go", "quick", "question",
-    "excuse", "listen", "sorry", "real", "another", "other", "one"
-])
+    "who", "whom", "whose", "when", "where", "why", "how", "oh", "hey", "hi", "hello", "well", "okay", "ok", "yeah",
+    "yes", "no", "please", "thanks", "thank", "just", "now", "again", "also", "too", "very", "really", "ya", "yep",
+    "nope", "alright", "there", "here", "today", "right", "same", "tell", "say", "give", "show", "let", "know",
+    "happen", "want", "need", "like", "get", "go", "quick", "question", "excuse", "listen", "sorry", "real",
+    "another", "other", "one"
+]) | FILLERS
 # How alike (difflib's ratio) a required name and a heard phrase must be for the phrase to replace it without
 # decoding again: "denkk" -> "denmark" 0.67, "naruseria" -> "bulgaria" 0.47; "unitiagoia" is nearer to
 # "capital" (0.35) than to "bulgaria" (0.33) and is decoded again (python -m dlm.eval --failures, README).
@@ -150,8 +152,9 @@ def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
 
 def heard_units(text: str) -> tuple[list[str], list[str]]:
     """The units a transcript names (their codes): those said right after a number, which a quantity is in
-    ("115 degrees fahrenheit", "nine yards"), and the others, which it is asked in ("in metres")."""
-    words, names = _TOKEN.findall(text.lower()), spoken_units()
+    ("115 degrees fahrenheit", "nine yards"), and the others, which it is asked in ("in metres"). Fillers are
+    passed over: "17 kilometers per um hour" is "kmh", not "km"."""
+    words, names = [w for w in _TOKEN.findall(text.lower()) if w not in FILLERS], spoken_units()
     longest = max(len(name.split()) for name in names)
     after_number: list[str] = []
     others: list[str] = []
@@ -218,10 +221,14 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     taken out (a timer's label nobody said). Words that ask for the tool (`Tool.own_words`: "capital", "city",
     "timer", "minutes") are never offered as its values: "what is bulgaria's capital" offers "bulgaria" for the
     country, not "capital". Nor are digits, or number words where the tool takes a heard number too (a timer of
-    "fifty seconds" is not labelled "fifty"). A "word" is a name if one was said, else any word."""
+    "fifty seconds" is not labelled "fifty"). A "word" is a name if one was said, else any word. A tool that
+    converts between units is left out when `text` names none: no caller asks for a conversion without
+    naming a unit, and "then take off eight" had become a pounds-to-kilograms one."""
     offers = heard_offers(text)  # once per turn, for every tool
     narrowed = {}
     for tool in TOOLS.values():
+        if _UNIT_KINDS & set(tool.heard.values()) and not any(offers[kind] for kind in _UNIT_KINDS):
+            continue
         properties = dict(tool.parameters.get("properties", {}))
         required = tool.parameters.get("required", ())
         # a tool that takes a heard number takes the words of one as that number, not as a name ("fifty")
@@ -244,7 +251,7 @@ def grounded_call_schema(heard_text: str, names: list[str] | None = None) -> dic
     """The schema of one call of the assistant's tools whose heard parameters carry only what `heard_text`
     (the caller's last words) offers."""
     narrowed = grounded_parameters(heard_text)
-    return call_schema({name: narrowed[name] for name in (names or list(TOOLS))})
+    return call_schema({name: narrowed[name] for name in (names or list(TOOLS)) if name in narrowed})
 
 
 def nearest_phrase(value: str, phrases: list[str]) -> str | None:
@@ -300,6 +307,7 @@ def results_text(messages: list[dict[str, Any]]) -> str:
 def settle_call(body: str, heard_text: str, results: str = "") -> tuple[str | None, dict[str, Any]]:
     """(the call to run, or None when it must be decoded again; the grounded schema to decode it under).
 
+    - A call of a tool the grounded schema leaves out (:func:`grounded_parameters`) is decoded again.
     - An expression gets the caller's numbers and operator (:func:`heard_expression`; a follow-up's numbers
       come from ``results``, the conversation's tool results, :func:`results_text`). One that does not even
       parse ("sqrt(13rteen)") is decoded again.
@@ -319,6 +327,8 @@ def settle_call(body: str, heard_text: str, results: str = "") -> tuple[str | No
     except json.JSONDecodeError:
         return None, schema
     tool = TOOLS.get(call.get("name")) if isinstance(call, dict) else None
+    if tool is not None and tool.name not in narrowed:  # a tool the caller did not ask for: decode again
+        return None, schema
     arguments = call.get("arguments") if tool is not None else None
     if tool is not None and isinstance(arguments, dict):
         required = set(tool.parameters.get("required", ()))

@@ -154,6 +154,7 @@ def test_a_name_is_the_whole_one_the_caller_said() -> None:
     ("what's minus fourteen fahrenheit in centigrade", (["f"], ["c"])),
     ("convert 60 mph to kilometers per hour", (["mph"], ["kmh"])),
     ("how many kilos is a pound", ([], ["kg", "lb"])),  # no number said: neither is the quantity's
+    ("convert 17 kilometers per um hour into mph", (["kmh"], ["mph"])),  # a filler inside a unit's name
 ])
 def test_units_are_heard_as_the_quantity_s_and_the_asked_for(heard: str, units: tuple) -> None:
     assert heard_units(heard) == units
@@ -201,6 +202,15 @@ def test_an_earlier_result_fills_in_only_for_a_follow_up() -> None:
     assert heard_expression("30 / 7", "half of 30", results) == "30 / 2"
     assert heard_expression("5 / 100 * 80", "what's 5 percent of 80", results) == "5 / 100 * 80"
     assert heard_expression("7.8 - 3", "then take off three", results) == "7.87 - 3"
+
+
+def test_a_conversion_needs_a_unit_the_caller_named() -> None:
+    heard = "um so then take off eight"
+    assert "convert_units" not in json.dumps(grounded_call_schema(heard))
+    assert grounded_call_schema(heard, ["convert_units", "calculator"]) == grounded_call_schema(heard, ["calculator"])
+    wrong_tool = json.dumps(call("convert_units", value=8, from_unit="lb", to_unit="kg"))
+    assert settle_call(wrong_tool, heard) == (None, grounded_call_schema(heard))  # decoded again without it
+    assert "convert_units" in json.dumps(grounded_call_schema("and in pounds"))  # a follow-up names its unit
 
 
 def test_a_lone_letter_is_no_name() -> None:
