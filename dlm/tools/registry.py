@@ -67,7 +67,7 @@ def asking_words(tools: Iterable[Described]) -> frozenset[str]:
 class Tool:
     """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", an
     "expression" whose numbers they say, the "quantity unit" said after a number, the "target unit" asked for,
-    or a "label": a name, the one said before the tool's noun when the call has none, "a tea timer"), which a
+    a timer's "time unit", or a "label": a name, the one said before the tool's noun when the call has none, "a tea timer"), which a
     call may only carry as heard (`dlm.tools.grounding`). `changes_state`: running it changes the session (a
     timer set or cancelled), so the voice assistant runs it only once the caller's turn has surely ended; the
     others only read (the clock, a table, arithmetic) and may run in a reply started speculatively."""
@@ -268,7 +268,7 @@ _TOOL_LIST = [
           "properties": {"amount": {"type": "number"}, "unit": {"enum": list(TIMER_UNITS)},
                          "label": {"type": "string"}},
           "required": ["amount", "unit"], "additionalProperties": False}, _set_timer,
-         {"amount": "number", "label": "label"}, changes_state=True),
+         {"amount": "number", "unit": "time unit", "label": "label"}, changes_state=True),
     Tool("cancel_timer", "Cancel a timer by id, or the latest one.",
          {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": False},
          _cancel_timer, changes_state=True),

@@ -54,7 +54,7 @@ def test_heard_parameters_are_parameters_of_their_tools() -> None:
     for tool in TOOLS.values():
         assert set(tool.heard) <= set(tool.parameters["properties"]), tool.name
         assert set(tool.heard.values()) <= {"name", "word", "label", "number", "expression", "quantity unit",
-                                            "target unit"}
+                                            "target unit", "time unit"}
     assert {name for name, tool in TOOLS.items() if tool.heard} == {
         "country_capital", "spell_word", "set_timer", "convert_units", "calculator"}
 
@@ -88,9 +88,9 @@ def test_names_are_grounded_and_nothing_heard_leaves_a_parameter_free() -> None:
     free = grounded_call_schema("set a timer for a minute")  # no number said: the amount keeps its own schema
     timer = next(b for b in free["anyOf"] if b["properties"]["name"] == {"const": "set_timer"})
     assert timer["properties"]["arguments"]["properties"]["amount"] == {"type": "number"}
-    nothing = grounded_call_schema("", ["set_timer"])["anyOf"][0]["properties"]["arguments"]
-    assert nothing["properties"] == {k: v for k, v in tool_call_schema(["set_timer"])["anyOf"][0]["properties"][
-        "arguments"]["properties"].items() if k != "label"}  # an optional name nobody said is taken out
+    unlabelled = grounded_call_schema("a timer in minutes", ["set_timer"])["anyOf"][0]["properties"]["arguments"]
+    assert unlabelled["properties"] == {"amount": {"type": "number"}, "unit": {"enum": ["minutes"]}}  # no label said
+    assert tool_call_schema(["set_timer"])["anyOf"][0]["properties"]["arguments"]["properties"]["label"]
 
 
 def test_a_call_is_kept_trimmed_or_sent_back_to_be_decoded_again() -> None:
@@ -171,7 +171,7 @@ def test_a_conversion_carries_the_units_the_caller_named() -> None:
 
 
 @pytest.mark.parametrize(("heard", "label"), [
-    ("put on a 5 second oven timer", "oven"),  # "second" asks for the tool: it is no label
+    ("put on a 5 minute oven timer", "oven"),  # "minute" asks for the tool: it is no label
     ("set a coffee break timer for 5 minutes", "coffee break"),
     ("set a timer for 5 minutes", None),
     ("set another timer for 5 minutes", None),
@@ -204,9 +204,12 @@ def test_an_earlier_result_fills_in_only_for_a_follow_up() -> None:
     assert heard_expression("7.8 - 3", "then take off three", results) == "7.87 - 3"
 
 
-def test_a_conversion_needs_a_unit_the_caller_named() -> None:
+def test_a_conversion_or_a_timer_needs_a_unit_the_caller_named() -> None:
     heard = "um so then take off eight"
     assert "convert_units" not in json.dumps(grounded_call_schema(heard))
+    assert "set_timer" not in json.dumps(grounded_call_schema("how much is 9 times thirteen"))
+    timer = settle_call(json.dumps(call("set_timer", amount=5, unit="seconds")), "remind me in five minutes")[0]
+    assert json.loads(timer) == call("set_timer", amount=5, unit="minutes")  # the one unit said
     assert grounded_call_schema(heard, ["convert_units", "calculator"]) == grounded_call_schema(heard, ["calculator"])
     wrong_tool = json.dumps(call("convert_units", value=8, from_unit="lb", to_unit="kg"))
     assert settle_call(wrong_tool, heard) == (None, grounded_call_schema(heard))  # decoded again without it
