@@ -27,6 +27,7 @@ from dlm.tools.units import spoken_units
 MAX_PHRASE_WORDS = 3
 _NAMED = ("name", "word", "label")  # the heard kinds whose values are words the caller said
 _UNIT_KINDS = frozenset(["quantity unit", "target unit", "time unit"])
+_TIME_UNIT_NAMES = {name: unit for unit in TIMER_UNITS for name in (unit, unit[:-1])}  # "minute" -> "minutes"
 FILLERS = frozenset(["um", "uh", "er", "ah", "hmm"])  # what a speaker says while finding the next word
 # Words no name begins or ends with: articles, pronouns, auxiliaries, prepositions, conjunctions, question words,
 # the verbs and adverbs of a request ("tell me", "same for ... right now") and the fillers and courtesies of
@@ -154,7 +155,18 @@ def heard_units(text: str) -> tuple[list[str], list[str]]:
     """The units a transcript names (their codes): those said right after a number, which a quantity is in
     ("115 degrees fahrenheit", "nine yards"), and the others, which it is asked in ("in metres"). Fillers are
     passed over: "17 kilometers per um hour" is "kmh", not "km"."""
-    words, names = [w for w in _TOKEN.findall(text.lower()) if w not in FILLERS], spoken_units()
+    return _units_said(text, spoken_units())
+
+
+def heard_time_units(text: str) -> tuple[list[str], list[str]]:
+    """The timer units a transcript names, as :func:`heard_units` splits them: "five minutes" says how long a
+    timer runs, while "a minute and a half" names its unit without the amount in it (90 seconds is right)."""
+    return _units_said(text, _TIME_UNIT_NAMES)
+
+
+def _units_said(text: str, names: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The units of ``names`` (what a caller says -> a unit) said in ``text``: right after a number, and not."""
+    words = [w for w in _TOKEN.findall(text.lower()) if w not in FILLERS]
     longest = max(len(name.split()) for name in names)
     after_number: list[str] = []
     others: list[str] = []
@@ -169,22 +181,16 @@ def heard_units(text: str) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(after_number)), [u for u in dict.fromkeys(others) if u not in after_number]
 
 
-def heard_time_units(text: str) -> list[str]:
-    """The timer units a transcript names ("a five minute timer" names "minutes")."""
-    words = _TOKEN.findall(text.lower())
-    return [unit for unit in TIMER_UNITS if unit in words or unit[:-1] in words]
-
-
 def heard_offers(text: str) -> dict[str, list[Any]]:
     """What `text` offers each kind of heard parameter: as a "name" its phrases that neither begin nor end with
     a function word or a lone letter, as a "word" any one of its words, as a "number" the numbers said, as a
     "quantity unit" and a "target unit" the units it names (:func:`heard_units`), as a "time unit" the timer
-    units it names."""
+    units it names right after a number (:func:`heard_time_units`)."""
     phrases = heard_phrases(text)
     names = [p for p in phrases if _may_bound_name(p.split()[0]) and _may_bound_name(p.split()[-1])]
     quantity_units, target_units = heard_units(text)
     return {"name": names, "word": [p for p in phrases if " " not in p], "number": heard_numbers(text),
-            "quantity unit": quantity_units, "target unit": target_units, "time unit": heard_time_units(text)}
+            "quantity unit": quantity_units, "target unit": target_units, "time unit": heard_time_units(text)[0]}
 
 
 def name_words(text: str) -> list[str]:
@@ -229,14 +235,14 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     "timer", "minutes") are never offered as its values: "what is bulgaria's capital" offers "bulgaria" for the
     country, not "capital". Nor are digits, or number words where the tool takes a heard number too (a timer of
     "fifty seconds" is not labelled "fifty"). A "word" is a name if one was said, else any word. A tool that
-    takes units (a conversion's, a timer's) is left out when `text` names none of them: no caller asks for a
+    takes units (a conversion's, a timer's) is left out when `text` names no unit: no caller asks for a
     conversion or a timer without one, and "then take off eight" had become a pounds-to-kilograms conversion,
     "how much is 9 times thirteen" a nine-second timer."""
     offers = heard_offers(text)  # once per turn, for every tool
+    names_a_unit = bool(offers["quantity unit"] or offers["target unit"] or any(heard_time_units(text)))
     narrowed = {}
     for tool in TOOLS.values():
-        unit_kinds = _UNIT_KINDS & set(tool.heard.values())
-        if unit_kinds and not any(offers[kind] for kind in unit_kinds):
+        if _UNIT_KINDS & set(tool.heard.values()) and not names_a_unit:
             continue
         properties = dict(tool.parameters.get("properties", {}))
         required = tool.parameters.get("required", ())

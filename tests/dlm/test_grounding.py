@@ -88,8 +88,8 @@ def test_names_are_grounded_and_nothing_heard_leaves_a_parameter_free() -> None:
     free = grounded_call_schema("set a timer for a minute")  # no number said: the amount keeps its own schema
     timer = next(b for b in free["anyOf"] if b["properties"]["name"] == {"const": "set_timer"})
     assert timer["properties"]["arguments"]["properties"]["amount"] == {"type": "number"}
-    unlabelled = grounded_call_schema("a timer in minutes", ["set_timer"])["anyOf"][0]["properties"]["arguments"]
-    assert unlabelled["properties"] == {"amount": {"type": "number"}, "unit": {"enum": ["minutes"]}}  # no label said
+    unlabelled = grounded_call_schema("a timer for 5 minutes", ["set_timer"])["anyOf"][0]["properties"]["arguments"]
+    assert unlabelled["properties"] == {"amount": {"enum": [5]}, "unit": {"enum": ["minutes"]}}  # no label said
     assert tool_call_schema(["set_timer"])["anyOf"][0]["properties"]["arguments"]["properties"]["label"]
 
 
@@ -210,6 +210,8 @@ def test_a_conversion_or_a_timer_needs_a_unit_the_caller_named() -> None:
     assert "set_timer" not in json.dumps(grounded_call_schema("how much is 9 times thirteen"))
     timer = settle_call(json.dumps(call("set_timer", amount=5, unit="seconds")), "remind me in five minutes")[0]
     assert json.loads(timer) == call("set_timer", amount=5, unit="minutes")  # the one unit said
+    half = json.dumps(call("set_timer", amount=90, unit="seconds"))
+    assert settle_call(half, "set a timer for a minute and a half")[0] == half  # a unit said with no number: kept
     assert grounded_call_schema(heard, ["convert_units", "calculator"]) == grounded_call_schema(heard, ["calculator"])
     wrong_tool = json.dumps(call("convert_units", value=8, from_unit="lb", to_unit="kg"))
     assert settle_call(wrong_tool, heard) == (None, grounded_call_schema(heard))  # decoded again without it
