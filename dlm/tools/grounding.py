@@ -69,8 +69,8 @@ _SPOKEN_OPERATORS = {"plus": "+", "add": "+", "together": "+", "sum": "+", "minu
                      "squared": "**", "power": "**", "itself": "**", "cubed": "**"}
 # Numbers a caller says without a number word: "32 squared" is "32 ** 2", "half of 30" is "30 / 2". Left out, an
 # earlier tool result took the 2's place ("35 ** 7.87" for "how much is 35 squared" after a conversion)
-_IMPLIED_NUMBERS = ((re.compile(r"\b(?:squared|square(?! root)|itself|second power|half|double|twice)\b"), 2),
-                    (re.compile(r"\b(?:cubed|third power|triple)\b"), 3))
+_IMPLIED_NUMBERS = re.compile(r"\b(?:(?P<two>squared|square(?! root)|itself|second power|half|double|twice)"
+                              r"|(?P<three>cubed|third power|triple))\b")
 
 
 class _SpokenNumber:
@@ -276,32 +276,49 @@ def nearest_phrase(value: str, phrases: list[str]) -> str | None:
     return phrase if ratio >= SNAP_RATIO else None
 
 
+def said_numbers(text: str) -> list[int | float]:
+    """The numbers of an arithmetic request in the order said, those its words say without a number word
+    among them ("4 squared times 3" says 4, 2, 3). Only here: "half an hour" is no timer of 2."""
+    found: list[int | float] = []
+    text, end = text.lower(), 0
+    for match in _IMPLIED_NUMBERS.finditer(text):
+        found += [*heard_numbers(text[end:match.start()]), 2 if match["two"] else 3]
+        end = match.end()
+    return found + heard_numbers(text[end:])
+
+
 def heard_expression(expression: str, heard_text: str, results: str = "") -> str:
     """The expression with the caller's numbers and operator in it.
 
-    The numbers said include those words such as "squared" or "half" say (:data:`_IMPLIED_NUMBERS`). A number
-    in it that is neither said nor an earlier result (`results`: the conversation's tool results, a follow-up's
-    "it", which counts only when the caller said at most one number, as a follow-up does) is replaced. When it holds as many numbers as the caller said, it gets theirs in the
-    order said ("129 - 55" for "129 minus fifty-four" -> "129 - 54"), and so it does when it holds another
-    mix of them ("11 * 11" for "11 x one" -> "11 * 1"); else each unknown number gets, in turn, one it lacks
-    of those said and then of the earlier results, when there are as many ("1024 + 88" for "and then plus 8"
-    -> "1024 + 8", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12"). A number nobody says stays
-    ("5 / 100 * 80" for "5 percent of 80"). Then an expression of two numbers whose operator is not the one the
-    caller said (`_SPOKEN_OPERATORS`, when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus
-    22" -> "51 - 22", "8 9" -> "8 * 9"."""
-    implied = [n for pattern, n in _IMPLIED_NUMBERS if pattern.search(heard_text.lower())]
-    said = list(dict.fromkeys([*(n for n in heard_numbers(heard_text) if n >= 0), *implied]))
+    The numbers said include those words such as "squared" or "half" say (:func:`said_numbers`). The numbers
+    in it are matched to those said, each said number to one place: first where it holds as many and the
+    same number stands in the same place ("92 - 92" for "ninety-one minus ninety-two" keeps its second 92),
+    then wherever it stands, and then to the earlier results (`results`: the conversation's tool results, a
+    follow-up's "it", which count only when the caller said at most one number, as a follow-up does). When as
+    many places are left over as numbers are left unmatched, each place gets one of them in turn: "129 - 55"
+    for "129 minus fifty-four" -> "129 - 54", "92 - 92" -> "91 - 92", "11 * 11" for "11 x one" -> "11 * 1",
+    "30 / 7" for "half of 30" -> "30 / 2", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12". Otherwise it stays: "5 / 100 * 80" for "5 percent of 80" (nobody says the 100), "12 * 12"
+    for "12 times 12". Then an expression of two numbers whose operator is not the one the caller said
+    (`_SPOKEN_OPERATORS`, when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus 22" -> "51 -
+    22", "8 9" -> "8 * 9"."""
+    said = list(dict.fromkeys(n for n in said_numbers(heard_text) if n >= 0))
     earlier = [n for n in heard_numbers(results) if n >= 0] if len(said) <= 1 else []  # a follow-up says one
-    known = list(dict.fromkeys([*said, *earlier]))
+    unmatched = list(dict.fromkeys([*said, *earlier]))
     literals = list(_LITERAL.finditer(expression))
     values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
-    if any(v not in known for v in values) or len(values) == len(said) and sorted(values) != sorted(said):
-        if len(values) == len(said):
-            replacements = dict(enumerate(said))
+    in_place = [i for i, v in enumerate(values) if len(values) == len(said) and v == said[i]]
+    for i in in_place:
+        unmatched.remove(values[i])
+    left_over = []
+    for i, value in enumerate(values):
+        if i in in_place:
+            continue
+        if value in unmatched:
+            unmatched.remove(value)
         else:
-            unknown = [i for i, v in enumerate(values) if v not in known]
-            lacking = [n for n in known if n not in values]
-            replacements = dict(zip(unknown, lacking, strict=True)) if len(unknown) == len(lacking) else {}
+            left_over.append(i)
+    if left_over and len(left_over) == len(unmatched):
+        replacements = dict(zip(left_over, unmatched, strict=True))
         pieces, end = [], 0
         for i, literal in enumerate(literals):
             pieces += [expression[end:literal.start()], str(replacements.get(i, literal.group()))]

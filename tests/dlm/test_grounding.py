@@ -256,7 +256,9 @@ def test_a_misspelt_name_snaps_to_the_heard_phrase_it_is_most_like() -> None:
     ("32 ** 2", "32 times itself", "32 ** 2"),  # "times itself" is squaring
     ("11 * 11", "11 x one uh", "11 * 1"),  # the numbers said, though each of its own was said too
     ("7 * 6", "what's six times 7", "7 * 6"),  # the same numbers in another order: kept
+    ("92 - 92", "ninety-one minus ninety-two", "91 - 92"),  # the one in its place is kept
     ("4 * 3", "what is 4 cubed", "4 ** 3"),
+    ("4 ** 2 * 4", "what is 4 squared times 3", "4 ** 2 * 3"),  # "squared" says its 2 where it is said
 ])
 def test_an_expression_carries_the_numbers_and_operator_the_caller_said(expression: str, heard: str, grounded: str) -> None:
     assert heard_expression(expression, heard) == grounded
