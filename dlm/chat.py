@@ -2,9 +2,9 @@
 
 Each reply is printed as its blocks commit, tool calls run for real (clock, calculator, units, timers,
 capitals, spelling), grounded in the words typed as the voice assistant grounds them in the words heard
-(:mod:`dlm.grounded_call`), and go back to the model, replies are copy-biased toward the words or the result they answer
-(:mod:`dlm.decoding.logit_bias`), and every turn ends with its first-block and total time, the two
-figures a voice caller feels. An empty line or end of input ends the chat.
+(:mod:`dlm.grounded_call`), and go back to the model, replies are copy-biased toward the words or the result
+they answer (:mod:`dlm.decoding.logit_bias`), and every turn ends with its first-block and total time, the
+two figures a voice caller feels. An empty line or end of input ends the chat.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The demo model copies a heard value into a call imperfectly: "slovakia" comes out as "fovakia", "sixteen
 minutes" as 19 (`python -m dlm.eval --failures F` lists them). Parameters that carry something the caller
-says (a country, a word to spell, a timer's label and amount, a conversion's value and units) are marked
+says (a country, a word to spell, a timer's label, amount and unit, a conversion's value and units) are marked
 `heard` in the registry, each with its kind; for one turn, `grounded_call_schema` narrows each of them to an
 enum of what the caller's words offer (`heard_offers`): names, words, the numbers they say in digits or in
 words, the units they name. `settle_call` keeps a draft that fits, mends one that can be mended without the
@@ -10,6 +10,7 @@ model (the one name or number said, a misspelling's nearest phrase, the label sa
 otherwise sends it back to be decoded again under that schema, the same constrained decoding as any other
 (`dlm.api.span_generation`). Expressions (the calculator's) stay free: a caller may say any arithmetic, and
 no enum of heard numbers covers it; they get the caller's numbers and operator instead (`heard_expression`).
+A tool that takes units is left out of a turn whose words name none (a conversion, a timer).
 """
 
 from __future__ import annotations
@@ -297,16 +298,17 @@ def heard_expression(expression: str, heard_text: str, results: str = "") -> str
     follow-up's "it", which count only when the caller said at most one number, as a follow-up does). When as
     many places are left over as numbers are left unmatched, each place gets one of them in turn: "129 - 55"
     for "129 minus fifty-four" -> "129 - 54", "92 - 92" -> "91 - 92", "11 * 11" for "11 x one" -> "11 * 1",
-    "30 / 7" for "half of 30" -> "30 / 2", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12". Otherwise it stays: "5 / 100 * 80" for "5 percent of 80" (nobody says the 100), "12 * 12"
-    for "12 times 12". Then an expression of two numbers whose operator is not the one the caller said
-    (`_SPOKEN_OPERATORS`, when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus 22" -> "51 -
-    22", "8 9" -> "8 * 9"."""
+    "30 / 7" for "half of 30" -> "30 / 2", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12".
+    Otherwise it stays: "5 / 100 * 80" for "5 percent of 80" (nobody says the 100), "12 * 12" for "12 times
+    12". Then an expression of two numbers whose operator is not the one the caller said (`_SPOKEN_OPERATORS`,
+    when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus 22" -> "51 - 22", "8 9" -> "8 *
+    9"."""
     said = list(dict.fromkeys(n for n in said_numbers(heard_text) if n >= 0))
     earlier = [n for n in heard_numbers(results) if n >= 0] if len(said) <= 1 else []  # a follow-up says one
     unmatched = list(dict.fromkeys([*said, *earlier]))
     literals = list(_LITERAL.finditer(expression))
     values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
-    in_place = [i for i, v in enumerate(values) if len(values) == len(said) and v == said[i]]
+    in_place = [i for i, v in enumerate(values) if v == said[i]] if len(values) == len(said) else []
     for i in in_place:
         unmatched.remove(values[i])
     left_over = []
