@@ -10,7 +10,7 @@ model (the one name or number said, a misspelling's nearest phrase, the label sa
 otherwise sends it back to be decoded again under that schema, the same constrained decoding as any other
 (`dlm.api.span_generation`). Expressions (the calculator's) stay free: a caller may say any arithmetic, and
 no enum of heard numbers covers it; they get the caller's numbers and operator instead (`heard_expression`).
-A tool that takes units is left out of a turn whose words name none (a conversion, a timer).
+A tool that takes units is left out of a turn whose words name none, nor the tool (a conversion, a timer).
 """
 
 from __future__ import annotations
@@ -236,14 +236,15 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     "timer", "minutes") are never offered as its values: "what is bulgaria's capital" offers "bulgaria" for the
     country, not "capital". Nor are digits, or number words where the tool takes a heard number too (a timer of
     "fifty seconds" is not labelled "fifty"). A "word" is a name if one was said, else any word. A tool that
-    takes units (a conversion's, a timer's) is left out when `text` names no unit: no caller asks for a
-    conversion or a timer without one, and "then take off eight" had become a pounds-to-kilograms conversion,
-    "how much is 9 times thirteen" a nine-second timer."""
+    takes units (a conversion's, a timer's) is left out when `text` names no unit and not the tool's noun
+    ("timer": "set a timer for ten" may leave its unit to the model): "then take off eight" had become a
+    pounds-to-kilograms conversion, "how much is 9 times thirteen" a nine-second timer."""
     offers = heard_offers(text)  # once per turn, for every tool
     names_a_unit = bool(offers["quantity unit"] or offers["target unit"] or any(heard_time_units(text)))
+    words = set(_TOKEN.findall(text.lower()))
     narrowed = {}
     for tool in TOOLS.values():
-        if _UNIT_KINDS & set(tool.heard.values()) and not names_a_unit:
+        if _UNIT_KINDS & set(tool.heard.values()) and not names_a_unit and tool.noun not in words:
             continue
         properties = dict(tool.parameters.get("properties", {}))
         required = tool.parameters.get("required", ())

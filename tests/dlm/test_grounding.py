@@ -208,6 +208,7 @@ def test_a_conversion_or_a_timer_needs_a_unit_the_caller_named() -> None:
     heard = "um so then take off eight"
     assert "convert_units" not in json.dumps(grounded_call_schema(heard))
     assert "set_timer" not in json.dumps(grounded_call_schema("how much is 9 times thirteen"))
+    assert "set_timer" in json.dumps(grounded_call_schema("set a timer for ten"))  # the tool itself named
     timer = settle_call(json.dumps(call("set_timer", amount=5, unit="seconds")), "remind me in five minutes")[0]
     assert json.loads(timer) == call("set_timer", amount=5, unit="minutes")  # the one unit said
     half = json.dumps(call("set_timer", amount=90, unit="seconds"))
