@@ -240,8 +240,8 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     ("timer": "set a timer for ten" may leave its unit to the model): "then take off eight" had become a
     pounds-to-kilograms conversion, "how much is 9 times thirteen" a nine-second timer."""
     offers = heard_offers(text)  # once per turn, for every tool
-    names_a_unit = bool(offers["quantity unit"] or offers["target unit"] or any(heard_time_units(text)))
     words = set(_TOKEN.findall(text.lower()))
+    names_a_unit = bool(offers["quantity unit"] or offers["target unit"] or words & _TIME_UNIT_NAMES.keys())
     narrowed = {}
     for tool in TOOLS.values():
         if _UNIT_KINDS & set(tool.heard.values()) and not names_a_unit and tool.noun not in words:
