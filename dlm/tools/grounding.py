@@ -119,8 +119,14 @@ class _SpokenNumber:
 
 
 def heard_numbers(text: str) -> list[int | float]:
-    """The numbers in a transcript, in order, whether written in digits ('-14', '2.5') or words ('twenty-six').
-    One said after 'minus' is offered both ways: 'fifty-one minus 22' is arithmetic, 'minus 22 degrees' is not."""
+    """The numbers in a transcript, each once, in order, whether written in digits ('-14', '2.5') or words
+    ('twenty-six'). One said after 'minus' is offered both ways: 'fifty-one minus 22' is arithmetic, 'minus 22
+    degrees' is not."""
+    return list(dict.fromkeys(_numbers_as_said(text)))
+
+
+def _numbers_as_said(text: str) -> list[int | float]:
+    """:func:`heard_numbers` with a number said twice kept twice ("12 times 12" says two numbers)."""
     found: list[int | float] = []
     current: _SpokenNumber | None = None
     sign = 1
@@ -141,7 +147,7 @@ def heard_numbers(text: str) -> list[int | float]:
         sign = -1 if token in _SIGNS else 1
     if current is not None:
         add(current.value(), current.sign < 0)
-    return list(dict.fromkeys(found))
+    return found
 
 
 def heard_phrases(text: str, max_words: int = MAX_PHRASE_WORDS) -> list[str]:
@@ -279,14 +285,15 @@ def nearest_phrase(value: str, phrases: list[str]) -> str | None:
 
 
 def said_numbers(text: str) -> list[int | float]:
-    """The numbers of an arithmetic request in the order said, those its words say without a number word
-    among them ("4 squared times 3" says 4, 2, 3). Only here: "half an hour" is no timer of 2."""
+    """The numbers of an arithmetic request in the order said, each as often as said ("12 times 12" says two),
+    with those its words say without a number word among them ("4 squared times 3" says 4, 2, 3). Only here:
+    "half an hour" is no timer of 2."""
     found: list[int | float] = []
     text, end = text.lower(), 0
     for match in _IMPLIED_NUMBERS.finditer(text):
-        found += [*heard_numbers(text[end:match.start()]), 2 if match["two"] else 3]
+        found += [*_numbers_as_said(text[end:match.start()]), 2 if match["two"] else 3]
         end = match.end()
-    return found + heard_numbers(text[end:])
+    return found + _numbers_as_said(text[end:])
 
 
 def heard_expression(expression: str, heard_text: str, results: str = "") -> str:
@@ -299,27 +306,30 @@ def heard_expression(expression: str, heard_text: str, results: str = "") -> str
     follow-up's "it", which count only when the caller said at most one number, as a follow-up does). When as
     many places are left over as numbers are left unmatched, each place gets one of them in turn: "129 - 55"
     for "129 minus fifty-four" -> "129 - 54", "92 - 92" -> "91 - 92", "11 * 11" for "11 x one" -> "11 * 1",
-    "30 / 7" for "half of 30" -> "30 / 2", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12".
+    "30 / 7" for "half of 30" -> "30 / 2", "102 * 12" after 1024 for "times it by 12" -> "1024 * 12", and
+    "2 * 2" after 1225 for "times it by 2" -> "1225 * 2" (a follow-up's number is matched from the right).
     Otherwise it stays: "5 / 100 * 80" for "5 percent of 80" (nobody says the 100), "12 * 12" for "12 times
     12". Then an expression of two numbers whose operator is not the one the caller said (`_SPOKEN_OPERATORS`,
     when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus 22" -> "51 - 22", "8 9" -> "8 *
     9"."""
-    said = list(dict.fromkeys(n for n in said_numbers(heard_text) if n >= 0))
+    said = [n for n in said_numbers(heard_text) if n >= 0]
     earlier = [n for n in heard_numbers(results) if n >= 0] if len(said) <= 1 else []  # a follow-up says one
-    unmatched = list(dict.fromkeys([*said, *earlier]))
+    unmatched = [*said, *(n for n in earlier if n not in said)]
     literals = list(_LITERAL.finditer(expression))
     values = [float(m.group()) if "." in m.group() else int(m.group()) for m in literals]
     in_place = [i for i, v in enumerate(values) if v == said[i]] if len(values) == len(said) else []
     for i in in_place:
         unmatched.remove(values[i])
     left_over = []
-    for i, value in enumerate(values):
+    # a follow-up's "it" comes first ("times it by 2" -> "1225 * 2"): its said number is matched from the right
+    for i in reversed(range(len(values))) if earlier else range(len(values)):
         if i in in_place:
             continue
-        if value in unmatched:
-            unmatched.remove(value)
+        if values[i] in unmatched:
+            unmatched.remove(values[i])
         else:
             left_over.append(i)
+    left_over.sort()
     if left_over and len(left_over) == len(unmatched):
         replacements = dict(zip(left_over, unmatched, strict=True))
         pieces, end = [], 0

@@ -190,6 +190,8 @@ def test_a_follow_up_s_expression_takes_its_numbers_from_the_caller_and_earlier_
     assert heard_expression("1024+ 88", "and then plus 8", results) == "1024+ 8"
     assert heard_expression("102 * 12", "times it by 12", results) == "1024 * 12"
     assert heard_expression("1024 * 12", "times it by 12", results) == "1024 * 12"  # all known: kept
+    assert heard_expression("2 * 2", "times it by 2 now", results) == "1024 * 2"  # "it" first
+    assert heard_expression("2 * 2", "what's 2 times 2", results) == "2 * 2"  # two numbers said: no "it"
     assert heard_expression("102 * 12", "times it by 12") == "102 * 12"  # no earlier result to take
     settled = settle_call(json.dumps(call("calculator", expression="102 * 12")), "times it by 12", results)[0]
     assert json.loads(settled) == call("calculator", expression="1024 * 12")

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlm.decoding.logit_bias import RESULT_FOLLOW_FACTOR, LogitBias, copy_phrases, reply_copy_bias
+from dlm.decoding.logit_bias import (
+    RESULT_FOLLOW_FACTOR,
+    TWIN_FACTOR,
+    LogitBias,
+    copy_phrases,
+    reply_copy_bias,
+)
 from dlm.engine import Engine
 from dlm.tools.registry import ASKING_WORDS
 
@@ -35,8 +41,8 @@ def first_token(engine: Engine, word: str) -> int:
 
 
 def boosted(bias: LogitBias, vocab: int, left: list[int | None]) -> set[int]:
-    """The tokens biased at a position after ``left``."""
-    return set(bias.apply(torch.zeros(1, vocab), [*left, None], [len(left)])[0].nonzero()[:, 0].tolist())
+    """The tokens favoured at a position after ``left``."""
+    return set((bias.apply(torch.zeros(1, vocab), [*left, None], [len(left)])[0] > 0).nonzero()[:, 0].tolist())
 
 
 def test_the_longest_committed_tail_picks_the_phrase_continuation(engine: Engine) -> None:
@@ -76,6 +82,22 @@ def test_a_run_decided_in_one_pass_follows_the_phrase_along_its_length(engine: E
     logits[:, x] = 1.0
     biased = bias.apply(logits, [first, None, None, None], [1, 2, 3])
     assert biased.argmax(-1).tolist() == rest[:3]
+
+
+def test_neighbours_decided_in_one_pass_do_not_both_take_the_same_piece(engine: Engine) -> None:
+    """Two masked positions after "s" of "schedule", each row's own logits saying "che" (each is predicted
+    without the other): the second must not write "che" again ("schedulee", "zealandand" were such twins),
+    while a phrase that does repeat a piece ("22") keeps it."""
+    vocab = engine.model.cfg.vocab_size
+    s, che, dul, two = ids(engine, "s", "che", "dul", "2")
+    bias = LogitBias.copying(["schedule"], engine.tokenizer.encode, follow=4.0)
+    logits = torch.zeros(2, vocab)
+    logits[:, che] = 6.0
+    biased = bias.apply(logits, [s, None, None], [1, 2])
+    assert biased.argmax(-1).tolist() == [che, dul]
+    assert biased[1, che] == 6.0 - 4.0 * TWIN_FACTOR
+    repeated = LogitBias.copying(["22"], engine.tokenizer.encode, follow=4.0)
+    assert repeated.apply(torch.zeros(1, vocab), [two, None], [1])[0, two] == 4.0
 
 
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
