@@ -41,8 +41,12 @@ RESULT_FOLLOW_FACTOR = 2.0
 # Held-out answers with calls grounded 84.3% -> 85.9%, 87.8% -> 89.2%, 82.7% -> 84.1% on the three samples
 # (README) at +2. Only where a word may begin (after a space or a line break): 90.9% -> 91.4%, 91.7% -> 91.9%,
 # 86.1% unchanged, with today's grounding; and then +3 rather than +2: 92.4% and 87.1% on the 200 and the 300
-# (+4 the same). After the caller's words it starts only a string in a tool call (below), not a spoken word:
-# those a reply repeats only when asked to (a start on each of their words: 92.9% -> 90.9%).
+# (+4 the same). After the caller's words it starts a string in a tool call (below), and a spoken word only with
+# a name the tokenizer spells in several pieces, which the model miscopies ("okay: sta lafaede" for "say this
+# lafacur"), and not as the reply's first word, where it would oust the "okay:" the model begins with ("say back
+# zefiramo" gave "zesciamo"): a reply repeats the caller's words only when asked to. Held-out answers free / grounded
+# 85.7% / 92.3% -> 85.9% / 92.4%, "repeat" 63.2% -> 66.0%, the rest the same; on every word they said, "repeat"
+# 67.1% but "goodbye" 66.7% -> 20.8% (85.5% / 92.0%; python -m dlm.eval --samples --efforts medium).
 COPY_START = 3.0
 WORD_BREAKS = (" ", "\n")  # where a copied phrase may start in a reply
 # After the caller's words, a string in a tool call (right after its opening quote) starts with the first piece
@@ -64,13 +68,13 @@ TWIN_FACTOR = 3.0
 @dataclass(frozen=True)
 class LogitBias:
     """What to add to a generation's logits: ``follow`` to a copy phrase's next token, ``start`` to a phrase's
-    first token where no phrase is being followed and one may begin (right after one of ``word_breaks``)."""
+    first token where no phrase is being followed and one may begin (``starts``: the first tokens favoured
+    right after each token that lets a phrase begin)."""
 
     follow: float = 0.0
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
     start: float = 0.0
-    starts: frozenset[int] = frozenset()
-    word_breaks: frozenset[int] = frozenset()
+    starts: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
     @classmethod
     def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float,
@@ -93,16 +97,19 @@ class LogitBias:
     def starting(self, words: Iterable[str], encode: Callable[[str], list[int]], start: float,
                  after: Iterable[str]) -> LogitBias:
         """This bias with the first piece of each of ``words`` (mid-sentence and at the start) favoured by
-        ``start`` right after any of ``after``'s last tokens. Only there: favoured right after a word, a
+        ``start`` right after any of ``after``'s last tokens too. Only there: favoured right after a word, a
         phrase's first piece would be glued to it ("you havefif-")."""
         spaces = set(encode(" "))
-        starts = {first for word in words for ids in (encode(" " + word), encode(word))
+        firsts = {first for word in words for ids in (encode(" " + word), encode(word))
                   if (first := next((t for t in ids if t not in spaces), None)) is not None}
-        breaks = {ids[-1] for text in after if (ids := encode(text))}
-        return replace(self, start=start, starts=frozenset(starts), word_breaks=frozenset(breaks))
+        starts = dict(self.starts)
+        for text in after:
+            if ids := encode(text):
+                starts[ids[-1]] = starts.get(ids[-1], frozenset()) | firsts
+        return replace(self, start=start, starts=starts)
 
     def __bool__(self) -> bool:
-        return bool(self.follow and self.continuations) or bool(self.start and self.starts)
+        return bool(self.follow and self.continuations) or bool(self.start and any(self.starts.values()))
 
     def apply(self, logits: torch.Tensor, line: list[int | None], positions: Sequence[int]) -> torch.Tensor:
         """``logits`` [rows, V] biased in place. ``line`` holds the tokens up to and across the rows' positions
@@ -114,8 +121,8 @@ class LogitBias:
         likeliest = logits.argmax(-1).tolist()
         for row, at in enumerate(positions):
             nexts = self.continuation(line[max(0, at - CONTEXT):at]) if self.follow else frozenset()
-            word_begins = at > 0 and line[at - 1] in self.word_breaks
-            favoured, value = (nexts, self.follow) if nexts else (self.starts if word_begins else (), self.start)
+            begins = self.starts.get(line[at - 1], frozenset()) if at > 0 else frozenset()  # type: ignore[arg-type]
+            favoured, value = (nexts, self.follow) if nexts else (begins, self.start)
             if favoured and value:
                 logits[row, list(favoured)] += value
                 left = line[at - 1] if at > 0 else None
@@ -184,7 +191,8 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
     """The copy bias of the reply to ``messages`` (None: nothing to copy, or ``follow`` is 0, which turns the
     start bias off too). After a tool's result it follows the result's phrases :data:`RESULT_FOLLOW_FACTOR` times
     as strongly and starts them where a word may begin; after the caller's words, their names where a string
-    opens, as a tool call's arguments do (:data:`COPY_START`), but not ``asking_words``, the words that ask for a
+    opens, as a tool call's arguments do, and those spelled in several pieces after a space in a spoken reply
+    (:data:`COPY_START`), but not ``asking_words``, the words that ask for a
     tool (`dlm.tools.registry.asking_words`): "capital city of kulevir" had begun its country "city", "spell
     kitchen" its word "spell"."""
     if not follow:
@@ -195,4 +203,8 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
     if messages[-1].get("role") == "tool":
         return LogitBias.copying(phrases, encode, follow * RESULT_FOLLOW_FACTOR, COPY_START)
     words = [word for word in name_words(messages[-1]["content"]) if word not in asking_words]
-    return LogitBias.copying(phrases, encode, follow).starting(words, encode, COPY_START, STRING_OPENINGS)
+    spaces = set(encode(" "))
+    rare = [word for word in words if sum(t not in spaces for t in encode(" " + word)) > 1]  # several pieces
+    return (LogitBias.copying(phrases, encode, follow)
+            .starting(words, encode, COPY_START, STRING_OPENINGS)
+            .starting(rare, encode, COPY_START, (" ",)))  # not the reply's first word: "okay: ..." may come first

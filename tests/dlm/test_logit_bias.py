@@ -121,23 +121,27 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     assert boosted(bias, vocab, [have]) == set()  # glued to a word, a start would spell "haveac"
     tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra"})}
     after_result = reply_copy_bias([tool], engine.tokenizer.encode)
-    assert after_result is not None and after_result.start > 0 and after_result.starts == {ac, gh}
+    assert after_result is not None and after_result.start > 0 and after_result.starts[space] == {ac, gh}
     after_words = reply_copy_bias([{"role": "user", "content": "say ghana accra"}], engine.tokenizer.encode)
     assert after_words is not None and after_result.follow == RESULT_FOLLOW_FACTOR * after_words.follow > 0
 
 
 def test_a_call_s_string_starts_with_a_name_the_caller_said(engine: Engine) -> None:
     """After the caller's words a string (a tool call's argument) starts with a word they said that could begin
-    a name; a spoken word does not (a reply repeats the caller only when asked to), nor does a number."""
+    a name, never a number; a spoken word only with such a name the tokenizer spells in several pieces (a reply
+    repeats the caller only when asked to, and a word of one piece the model copies well)."""
     vocab = engine.model.cfg.vocab_size
-    quote, space, d, two, newline = ids(engine, '"', " ", "d", "2", "\n")
+    quote, space, d, two, newline, good = ids(engine, '"', " ", "d", "2", "\n", "good")
     twen = first_token(engine, "twenty")
-    ask = {"role": "user", "content": "um tell me denmark's capital in twenty words or 20"}
+    ask = {"role": "user", "content": "um tell me denmark's good capital in twenty words or 20"}
     bias = reply_copy_bias([ask], engine.tokenizer.encode)
     assert bias is not None and bias.start > 0
-    assert d in boosted(bias, vocab, [quote])
+    assert {d, good} <= boosted(bias, vocab, [quote])
     assert not {twen, two} & boosted(bias, vocab, [quote])
-    assert boosted(bias, vocab, [space]) == boosted(bias, vocab, [newline]) == set()
+    assert len(engine.tokenizer.encode("denmark")) > 1 and engine.tokenizer.encode("good") == [good]
+    assert d in boosted(bias, vocab, [space])
+    assert d not in boosted(bias, vocab, [newline])  # the reply's first word is its own: "okay: ..."
+    assert not {good, twen, two} & boosted(bias, vocab, [space])
 
 
 def test_a_word_that_asks_for_a_tool_starts_no_name(engine: Engine) -> None:
@@ -156,8 +160,8 @@ def test_a_word_that_asks_for_a_tool_starts_no_name(engine: Engine) -> None:
 
 def test_the_engine_decodes_under_a_bias(engine: Engine) -> None:
     (period,) = engine.tokenizer.encode(".")
-    anywhere = frozenset(range(engine.model.cfg.vocab_size))  # a phrase may start after any token
-    every_position = LogitBias(start=100.0, starts=frozenset({period}), word_breaks=anywhere)
+    anywhere = range(engine.model.cfg.vocab_size)  # a phrase may start after any token
+    every_position = LogitBias(start=100.0, starts=dict.fromkeys(anywhere, frozenset({period})))
     assert engine.generate("hello", bias=every_position, max_new_tokens=6).token_ids == [period] * 6
     assert engine.generate("hello", max_new_tokens=6).token_ids != [period] * 6
 
@@ -165,7 +169,7 @@ def test_the_engine_decodes_under_a_bias(engine: Engine) -> None:
 def test_bidirectional_families_refuse_a_bias(fixtures_dir: Path) -> None:
     llada = Engine.from_dir(fixtures_dir / "llada" / "checkpoint")
     with pytest.raises(ValueError, match="block-causal"):
-        llada.generate([1, 2, 3], bias=LogitBias(start=1.0, starts=frozenset({5})), max_new_tokens=4)
+        llada.generate([1, 2, 3], bias=LogitBias(start=1.0, starts={0: frozenset({5})}), max_new_tokens=4)
 
 
 def test_a_reply_copies_what_it_answers() -> None:
