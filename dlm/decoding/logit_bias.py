@@ -121,11 +121,11 @@ class LogitBias:
         likeliest = logits.argmax(-1).tolist()
         for row, at in enumerate(positions):
             nexts = self.continuation(line[max(0, at - CONTEXT):at]) if self.follow else frozenset()
-            begins = self.starts.get(line[at - 1], frozenset()) if at > 0 else frozenset()  # type: ignore[arg-type]
+            left = line[at - 1] if at > 0 else None
+            begins = self.starts.get(left, frozenset()) if left is not None else frozenset()
             favoured, value = (nexts, self.follow) if nexts else (begins, self.start)
             if favoured and value:
                 logits[row, list(favoured)] += value
-                left = line[at - 1] if at > 0 else None
                 if nexts and left is not None and left not in nexts:  # no twin of the neighbour: TWIN_FACTOR
                     logits[row, left] -= value * TWIN_FACTOR
                 likeliest[row] = int(logits[row].argmax())
