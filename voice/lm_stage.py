@@ -209,7 +209,7 @@ class LmStage:
         finally:
             self.engine.worker.submit(steps.close)
         if usage is not None:
-            usage.add(len(prompt) + 1, len(ids))
+            usage.add(len(prompt) + 1, len(ids))  # + the opening tag redo_steps adds
         return settle_redone(self.engine, ids, heard, results)
 
     def rollback(self, length: int) -> None:

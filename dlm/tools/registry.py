@@ -67,10 +67,11 @@ def asking_words(tools: Iterable[Described]) -> frozenset[str]:
 class Tool:
     """`heard` names the parameters whose value the caller says (a "name", any one "word", a "number", an
     "expression" whose numbers they say, the "quantity unit" said after a number, the "target unit" asked for,
-    a timer's "time unit", or a "label": a name, the one said before the tool's noun when the call has none, "a tea timer"), which a
-    call may only carry as heard (`dlm.tools.grounding`). `changes_state`: running it changes the session (a
-    timer set or cancelled), so the voice assistant runs it only once the caller's turn has surely ended; the
-    others only read (the clock, a table, arithmetic) and may run in a reply started speculatively."""
+    a timer's "time unit", or a "label": a name, the one said before the tool's noun when the call has none,
+    "a tea timer"), which a call may only carry as heard (`dlm.tools.grounding`). `changes_state`: running it
+    changes the session (a timer set or cancelled), so the voice assistant runs it only once the caller's turn
+    has surely ended; the others only read (the clock, a table, arithmetic) and may run in a reply started
+    speculatively."""
 
     name: str
     description: str
