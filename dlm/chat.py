@@ -57,12 +57,12 @@ class TerminalChat:
             round_ = _Round(self._show, timing, started)
             bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, asking_words=ASKING_WORDS)
             try:
-                self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias,
-                                     **self.options)
+                result = self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias,
+                                              **self.options)
             except PromptTooLong:
                 del self.history[mark:]
                 raise
-            reply += round_.finish()
+            reply += round_.finish(cut=result.finish_reason == "length")
             if round_.call_body is None:
                 break
             call = run_tool_call(self.tools, self._grounded(round_.call_body))
@@ -108,8 +108,12 @@ class _Round:
         self.show(text)
         self.text += text
 
-    def finish(self) -> str:
-        tail = "" if self.call_body is not None else self.splitter.flush()
+    def finish(self, cut: bool) -> str:
+        """The round's last text; a call the reply ended inside is run, unless the token cap cut it (``cut``)."""
+        if self.call_body is not None:
+            return self.text
+        tail, unfinished = self.splitter.flush()
+        self.call_body = None if cut else unfinished
         self.show(tail)
         return self.text + tail
 

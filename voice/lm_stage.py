@@ -171,9 +171,12 @@ class LmStage:
             result = self.session.last_result
             if result is not None:
                 usage.add(result.prompt_tokens, len(result.token_ids))
+            cut = call_body is None and result is not None and result.finish_reason == "length"
+            tail, unfinished = splitter.flush()
+            if call_body is None and not cut:
+                call_body = unfinished  # a call the reply ended inside ("teacher"}"}}): grounding mends it
             if call_body is None or round_no == self.config.max_tool_rounds:
-                self.stopped_at_cap = call_body is None and result is not None and result.finish_reason == "length"
-                tail = splitter.flush()
+                self.stopped_at_cap = cut
                 # never leave the caller in silence, unless their own token cap cut the reply before it said
                 # anything (a tool call it had begun): "sorry, I did not get that" would be untrue, and over the cap
                 clients_cap = self.stopped_at_cap and cap < self._configured_cap

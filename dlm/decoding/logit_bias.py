@@ -15,6 +15,7 @@ the phrase goes on with another ("zealandand").
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -63,18 +64,29 @@ STRING_OPENINGS = ('"', ' "')
 # (x3, and the same at x10), "repeat" 54.6% -> 63.2%, calls and tokens per pass the same (python -m dlm.eval
 # --samples --efforts medium, docs/decoding.md).
 TWIN_FACTOR = 3.0
+# A copy two pieces into one of the words it copies follows this many times as strongly until the word is done. A
+# call's string stopped mid-word where the model was unsure whether the name went on ("aust" for australia, "sche"
+# for schedule), and a spoken copy garbled a word it had begun right: two pieces say which word it is, and a word
+# begun is finished. Free calls / answers 90.7% / 85.9% -> 91.9% / 87.7%, with calls grounded answers 92.4% ->
+# 93.3%, "repeat" 66.0% -> 78.2%, capitals 86.3% -> 90.8%, no intent lower; x4 the same (python -m dlm.eval
+# --samples --efforts medium, docs/decoding.md). Not after the words that ask for a tool: "spelled" would have
+# named the tool "spelled_word".
+MID_WORD_FACTOR = 3.0
+LETTER_RUN = re.compile(r"[^\W\d_]+")  # a word's letters, without digits or marks
 
 
 @dataclass(frozen=True)
 class LogitBias:
-    """What to add to a generation's logits: ``follow`` to a copy phrase's next token, ``start`` to a phrase's
-    first token where no phrase is being followed and one may begin (``starts``: the first tokens favoured
-    right after each token that lets a phrase begin)."""
+    """What to add to a generation's logits: ``follow`` to a copy phrase's next token (:data:`MID_WORD_FACTOR`
+    times that right after a pair of pieces in ``inside``, the middle of a word being copied), ``start`` to a
+    phrase's first token where no phrase is being followed and one may begin (``starts``: the first tokens
+    favoured right after each token that lets a phrase begin)."""
 
     follow: float = 0.0
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
     start: float = 0.0
     starts: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    inside: frozenset[tuple[int, int]] = frozenset()
 
     @classmethod
     def copying(cls, phrases: Iterable[str], encode: Callable[[str], list[int]], follow: float,
@@ -108,6 +120,15 @@ class LogitBias:
                 starts[ids[-1]] = starts.get(ids[-1], frozenset()) | firsts
         return replace(self, start=start, starts=starts)
 
+    def finishing(self, texts: Iterable[str], encode: Callable[[str], list[int]]) -> LogitBias:
+        """This bias with each word of ``texts`` (each run of letters: "australia" of "australia's") followed
+        :data:`MID_WORD_FACTOR` times as strongly once a copy has written two of its pieces and it goes on."""
+        inside = set(self.inside)
+        for letters in (run for text in texts for run in LETTER_RUN.findall(text)):
+            ids = encode(letters)
+            inside.update((ids[i - 2], ids[i - 1]) for i in range(2, len(ids)))
+        return replace(self, inside=frozenset(inside))
+
     def __bool__(self) -> bool:
         return bool(self.follow and self.continuations) or bool(self.start and any(self.starts.values()))
 
@@ -124,6 +145,8 @@ class LogitBias:
             left = line[at - 1] if at > 0 else None
             begins = self.starts.get(left, frozenset()) if left is not None else frozenset()
             favoured, value = (nexts, self.follow) if nexts else (begins, self.start)
+            if nexts and tuple(line[max(0, at - 2):at]) in self.inside:
+                value *= MID_WORD_FACTOR
             if favoured and value:
                 logits[row, list(favoured)] += value
                 if nexts and left is not None and left not in nexts:  # no twin of the neighbour: TWIN_FACTOR
@@ -201,10 +224,12 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
     if not phrases:
         return None
     if messages[-1].get("role") == "tool":
-        return LogitBias.copying(phrases, encode, follow * RESULT_FOLLOW_FACTOR, COPY_START)
+        return (LogitBias.copying(phrases, encode, follow * RESULT_FOLLOW_FACTOR, COPY_START)
+                .finishing(phrases, encode))
     words = [word for word in name_words(messages[-1]["content"]) if word not in asking_words]
     spaces = set(encode(" "))
     rare = [word for word in words if sum(t not in spaces for t in encode(" " + word)) > 1]  # several pieces
     return (LogitBias.copying(phrases, encode, follow)
             .starting(words, encode, COPY_START, STRING_OPENINGS)
-            .starting(rare, encode, COPY_START, (" ",)))  # not the reply's first word: "okay: ..." may come first
+            .starting(rare, encode, COPY_START, (" ",))  # not the reply's first word: "okay: ..." may come first
+            .finishing(words, encode))

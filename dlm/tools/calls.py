@@ -89,10 +89,15 @@ class ToolCallSplitter:
         self._buffer = self._buffer[end + len(TOOL_CLOSE) :]
         return text, body
 
-    def flush(self) -> str:
-        """The end of the stream: an unfinished tool call is dropped, held-back text is released."""
+    def flush(self) -> tuple[str, str | None]:
+        """The end of the stream: ``(held-back text, body of a tool call begun and never closed, or None)``. A
+        reply that stops inside its call (``{"word": "teacher"}"}}`` and the end) still asked for one: the
+        caller decides whether to run it, and grounding settles its JSON or decodes it again."""
         rest, self._buffer = self._buffer, ""
-        return "" if TOOL_OPEN in rest or self._bare else rest
+        if self._bare:
+            return "", rest.strip()
+        start = rest.find(TOOL_OPEN)
+        return (rest, None) if start < 0 else (rest[:start], rest[start + len(TOOL_OPEN):])
 
 
 def _json_object_end(text: str) -> int | None:

@@ -42,7 +42,8 @@ def test_the_history_holds_the_call_its_result_and_the_reply(engine: Engine) -> 
 
 
 def test_a_typed_word_reaches_the_tool_as_the_caller_wrote_it(engine: Engine) -> None:
-    """The model alone spells "teachteaer" here; the chat grounds its calls as the voice assistant does."""
+    """The model alone ends its call inside the JSON here (`"teacher"}"}}`); the chat runs that call, grounded
+    as the voice assistant grounds its calls."""
     chat = TerminalChat(engine, io.StringIO())
     chat.turn("how s teacher spelled")
     call = next(m for m in chat.history if m.get("tool_calls"))["tool_calls"][0]["function"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dlm.decoding.logit_bias import (
+    MID_WORD_FACTOR,
     RESULT_FOLLOW_FACTOR,
     TWIN_FACTOR,
     LogitBias,
@@ -98,6 +99,31 @@ def test_neighbours_decided_in_one_pass_do_not_both_take_the_same_piece(engine: 
     assert biased[1, che] == 6.0 - 4.0 * TWIN_FACTOR
     repeated = LogitBias.copying(["22"], engine.tokenizer.encode, follow=4.0)
     assert repeated.apply(torch.zeros(1, vocab), [two, None], [1])[0, two] == 4.0
+
+
+def test_a_word_begun_is_finished(engine: Engine) -> None:
+    """Two pieces into a name the caller said ("a", "ust" of "australia's"), the copy follows
+    :data:`MID_WORD_FACTOR` times as strongly, so a string the model is unsure about does not close at "aust";
+    one piece in ("a" is also a word) it follows as usual, and so it does inside a word that asks for a tool
+    ("spelled" would have named the tool "spelled_word"). After a tool's result its words are finished too."""
+    vocab = engine.model.cfg.vocab_size
+    quote, a, ust, ral, sp, ell, ed = ids(engine, '"', "a", "ust", "ral", "sp", "ell", "ed")
+    ask = {"role": "user", "content": "so how is australia's capital spelled"}
+    bias = reply_copy_bias([ask], engine.tokenizer.encode, asking_words=ASKING_WORDS)
+    assert bias is not None
+
+    def follow_after(left: list[int | None], token: int) -> float:
+        return float(bias.apply(torch.zeros(1, vocab), [*left, None], [len(left)])[0, token])
+
+    assert follow_after([quote, a, ust], ral) == bias.follow * MID_WORD_FACTOR > bias.follow
+    assert follow_after([quote, a], ust) == bias.follow
+    assert follow_after([quote, sp, ell], ed) == bias.follow
+    can, ber, ra = ids(engine, "can", "ber", "ra")
+    tool = {"role": "tool", "content": json.dumps({"country": "australia", "capital": "canberra"})}
+    after_result = reply_copy_bias([tool], engine.tokenizer.encode)
+    assert after_result is not None
+    logits = after_result.apply(torch.zeros(1, vocab), [can, ber, None], [2])
+    assert logits[0, ra] == after_result.follow * MID_WORD_FACTOR
 
 
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:

@@ -18,7 +18,10 @@ def split(pieces: list[str]) -> tuple[str, list[str]]:
         spoken.append(text)
         if call is not None:
             calls.append(call)
-    spoken.append(splitter.flush())
+    tail, unfinished = splitter.flush()
+    spoken.append(tail)
+    if unfinished is not None:
+        calls.append(unfinished)
     return "".join(spoken), calls
 
 
@@ -40,9 +43,13 @@ def test_a_call_whose_tags_were_dropped_is_recognised_by_its_leading_brace() -> 
     assert parse_tool_call(calls[0]) == ("get_time", {"timezone": 'a}b"c'})
 
 
-def test_an_unfinished_call_is_dropped_at_the_end() -> None:
-    assert split(['Sure. <tool_call>{"name": "calc']) == ("Sure. ", [])
-    assert split(['{"name": "calc']) == ("", [])
+def test_a_call_the_stream_ends_inside_is_handed_over_unspoken() -> None:
+    """The model may stop inside its call (a closing quote written twice leaves the JSON open): the call is
+    still never spoken, and its body goes to the caller, which grounds it like any other call."""
+    assert split(['Sure. <tool_call>{"name": "calc']) == ("Sure. ", ['{"name": "calc'])
+    assert split(['{"name": "spell_word", "arguments": {"word": "teacher"}"}}']) == (
+        "", ['{"name": "spell_word", "arguments": {"word": "teacher"}"}}'])
+    assert split(["no call here <to"]) == ("no call here <to", [])
 
 
 @pytest.mark.parametrize("body", ["not json", '{"arguments": {}}', '{"name": "x", "arguments": [1]}'])
