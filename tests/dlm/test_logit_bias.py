@@ -13,6 +13,7 @@ from dlm.decoding.logit_bias import (
     RESULT_FOLLOW_FACTOR,
     TWIN_FACTOR,
     LogitBias,
+    between_requests,
     copy_phrases,
     reply_copy_bias,
 )
@@ -104,7 +105,7 @@ def test_neighbours_decided_in_one_pass_do_not_both_take_the_same_piece(engine: 
 def test_a_word_begun_is_finished(engine: Engine) -> None:
     """Two pieces into a name the caller said ("a", "ust" of "australia's"), the copy follows
     :data:`MID_WORD_FACTOR` times as strongly, so a string the model is unsure about does not close at "aust";
-    one piece in ("a" is also a word) it follows as usual, and so it does inside a word that asks for a tool
+    one piece in ("a" is also a word) it follows as usual, and a word that asks for a tool is not copied at all
     ("spelled" would have named the tool "spelled_word"). After a tool's result its words are finished too."""
     vocab = engine.model.cfg.vocab_size
     quote, a, ust, ral, sp, ell, ed = ids(engine, '"', "a", "ust", "ral", "sp", "ell", "ed")
@@ -117,13 +118,29 @@ def test_a_word_begun_is_finished(engine: Engine) -> None:
 
     assert follow_after([quote, a, ust], ral) == bias.follow * MID_WORD_FACTOR > bias.follow
     assert follow_after([quote, a], ust) == bias.follow
-    assert follow_after([quote, sp, ell], ed) == bias.follow
+    assert follow_after([quote, sp, ell], ed) == 0.0
     can, ber, ra = ids(engine, "can", "ber", "ra")
     tool = {"role": "tool", "content": json.dumps({"country": "australia", "capital": "canberra"})}
     after_result = reply_copy_bias([tool], engine.tokenizer.encode)
     assert after_result is not None
     logits = after_result.apply(torch.zeros(1, vocab), [can, ber, None], [2])
     assert logits[0, ra] == after_result.follow * MID_WORD_FACTOR
+
+
+def test_a_copy_stops_where_the_caller_asks_for_a_tool(engine: Engine) -> None:
+    """"how is schedule spelled?": after "schedule" the copy does not lead on into "spelled" (the word to spell
+    had been "schedule spell"), and a word's last piece is not written twice ("zavidustanstan")."""
+    vocab = engine.model.cfg.vocab_size
+    space, dul, e, s = ids(engine, " ", "dul", "e", "s")
+    assert between_requests("well how is schedule Spelled?", ASKING_WORDS) == ["well how is schedule"]
+    assert between_requests("say the name of the city", ASKING_WORDS) == ["say the", "of the"]
+    ask = [{"role": "user", "content": "well how is schedule spelled"}]
+    cut = reply_copy_bias(ask, engine.tokenizer.encode, asking_words=ASKING_WORDS)
+    whole = reply_copy_bias(ask, engine.tokenizer.encode)
+    assert cut is not None and whole is not None
+    assert boosted(whole, vocab, [s, dul, e]) == {space}
+    assert boosted(cut, vocab, [s, dul, e]) == set()
+    assert cut.apply(torch.zeros(1, vocab), [dul, e, None], [2])[0, e] == -cut.follow * TWIN_FACTOR
 
 
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
@@ -209,6 +226,8 @@ def test_a_reply_copies_what_it_answers() -> None:
     assert copy_phrases([user, tool, {"role": "assistant", "content": "it's accra"}, again]) == [
         "spell it again", "ghana", "accra", "x"]
     assert copy_phrases([{"role": "user", "content": "a sixteen minute timer"}]) == ["a sixteen minute timer", "16"]
+    asked = [{"role": "user", "content": "a sixteen minute tea timer for the kids"}]
+    assert copy_phrases(asked, ASKING_WORDS) == ["a sixteen", "tea", "for the kids", "16"]
     assert copy_phrases([{"role": "user", "content": " "}]) == copy_phrases([]) == []
     assert reply_copy_bias([user], lambda text: [ord(c) for c in text], follow=0.0) is None
     assert reply_copy_bias([user], lambda text: [ord(c) for c in text]).continuation([ord("z")]) == {ord("i")}
