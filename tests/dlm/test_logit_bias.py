@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dlm.decoding.logit_bias import (
+    COPY_HEAD,
     MID_WORD_FACTOR,
     RESULT_FOLLOW_FACTOR,
     TWIN_FACTOR,
@@ -141,6 +142,24 @@ def test_a_copy_stops_where_the_caller_asks_for_a_tool(engine: Engine) -> None:
     assert boosted(whole, vocab, [s, dul, e]) == {space}
     assert boosted(cut, vocab, [s, dul, e]) == set()
     assert cut.apply(torch.zeros(1, vocab), [dul, e, None], [2])[0, e] == -cut.follow * TWIN_FACTOR
+
+
+def test_a_word_s_first_piece_is_favoured_before_its_second(engine: Engine) -> None:
+    """The model wrote telephone's later pieces right and its first wrong ("ningephone"): where a word may start
+    and the next position holds "e", or most likely takes it in this pass, "tel" gets :data:`COPY_HEAD` on top of
+    its start; glued to a word, where no word starts, nothing."""
+    vocab = engine.model.cfg.vocab_size
+    space, quote, tel, e, ning, have = ids(engine, " ", '"', "tel", "e", "ning", "have")
+    assert engine.tokenizer.encode("telephone")[:2] == [tel, e]
+    ask = [{"role": "user", "content": "say back telephone 594"}]
+    bias = reply_copy_bias(ask, engine.tokenizer.encode, asking_words=ASKING_WORDS)
+    assert bias is not None
+    logits = torch.zeros(2, vocab)
+    logits[0, ning], logits[1, e] = 5.0, 5.0
+    biased = bias.apply(logits, [space, None, None], [1, 2])
+    assert biased[0].argmax() == tel and biased[0, tel] == bias.start + COPY_HEAD
+    assert bias.apply(torch.zeros(1, vocab), [quote, None, e], [1])[0, tel] == bias.start + COPY_HEAD
+    assert bias.apply(torch.zeros(1, vocab), [have, None, e], [1])[0, tel] == 0.0
 
 
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
