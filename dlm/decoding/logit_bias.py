@@ -9,7 +9,10 @@ as the start of such a phrase gets the phrase's next token favoured by ``follow`
 phrase more than once ("," in "f, a, m, i, l, y") favours the token after *this* occurrence. Within one pass
 the rows are biased left to right, each seeing its masked left neighbours as their likeliest tokens, so a run
 of positions committed together copies as one, and no position writes its left neighbour's piece again where
-the phrase goes on with another ("zealandand").
+the phrase goes on with another ("zealandand"). Words get more than phrases: a word begun is followed more
+strongly until it is done ("aust" for australia), its first piece is favoured where its second comes next
+("ningephone" for telephone), and the caller's words are phrases only between the words that ask for a tool
+("schedule spell" was a word to spell).
 """
 
 from __future__ import annotations
@@ -264,9 +267,9 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
     start bias off too). After a tool's result it follows the result's phrases :data:`RESULT_FOLLOW_FACTOR` times
     as strongly and starts them where a word may begin; after the caller's words, their names where a string
     opens, as a tool call's arguments do, and those spelled in several pieces after a space in a spoken reply
-    (:data:`COPY_START`), but not ``asking_words``, the words that ask for a
-    tool (`dlm.tools.registry.asking_words`): "capital city of kulevir" had begun its country "city", "spell
-    kitchen" its word "spell"."""
+    (:data:`COPY_START`); either way it finishes the words it copies (:meth:`LogitBias.finishing`). Not
+    ``asking_words``, the words that ask for a tool (`dlm.tools.registry.asking_words`): "capital city of
+    kulevir" had begun its country "city", "spell kitchen" its word "spell"."""
     if not follow:
         return None
     phrases = copy_phrases(messages, asking_words)
