@@ -170,10 +170,7 @@ class LogitBias:
             pair = tuple(line[max(0, at - 2):at])
             follow = self.follow * (MID_WORD_FACTOR if pair in self.inside else 1.0)
             favoured, value = (nexts, follow) if nexts else (begins, self.start)
-            right = line[at + 1] if at + 1 < len(line) else None
-            if right is None and at + 1 in row_at:
-                right = likeliest[row_at[at + 1]]
-            heads = self.heads.get(right, frozenset()) if begins and not nexts else frozenset()
+            heads = self._heads_before(line, at, row_at, likeliest) if begins and not nexts else frozenset()
             # no twin of the neighbour where the phrase goes on with another piece or its word is done
             twin = left is not None and ((nexts and left not in nexts) or pair in self.ends)
             if favoured and value:
@@ -187,6 +184,15 @@ class LogitBias:
             if line[at] is None:
                 line[at] = likeliest[row]
         return logits
+
+    def _heads_before(self, line: list[int | None], at: int, row_at: Mapping[int, int],
+                      likeliest: list[int]) -> frozenset[int]:
+        """The first pieces of the words whose second piece is right after ``at``: committed there, or the
+        likeliest token of the row there, not yet biased."""
+        right = line[at + 1] if at + 1 < len(line) else None
+        if right is None and at + 1 in row_at:
+            right = likeliest[row_at[at + 1]]
+        return self.heads.get(right, frozenset()) if right is not None else frozenset()
 
     def continuation(self, context: Sequence[int | None]) -> frozenset[int]:
         """The next tokens of the phrases that contain the longest committed tail of ``context``: none where that
