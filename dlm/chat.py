@@ -55,7 +55,8 @@ class TerminalChat:
         for _ in range(MAX_TOOL_ROUNDS + 1):
             self._fit_history()
             round_ = _Round(self._show, timing, started)
-            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, asking_words=ASKING_WORDS)
+            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, asking_words=ASKING_WORDS,
+                                   pieces=self.engine.pieces)
             try:
                 result = self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias,
                                               **self.options)

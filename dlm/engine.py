@@ -32,7 +32,7 @@ from dlm.checkpoint import load_checkpoint
 from dlm.constrained import vocab_strings
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
-from dlm.decoding.logit_bias import LogitBias
+from dlm.decoding.logit_bias import LogitBias, Pieces
 from dlm.effort import Knobs, resolve
 from dlm.graphed_forward import GraphedStatePool, graphs_enabled
 from dlm.model import Transformer
@@ -172,6 +172,12 @@ class Engine:
         """Each token id as text, for JSON-schema constraints (the API's spans, the voice stage's grounded
         calls); built on first use, one decode per id, once per engine."""
         return vocab_strings(self.tokenizer.backend)
+
+    @cached_property
+    def pieces(self) -> Pieces:
+        """The vocabulary's letters and joins that the copy bias ends words and keeps joins single with
+        (`dlm.decoding.logit_bias.Pieces`); read from :attr:`vocab` once per engine."""
+        return Pieces.of(self.vocab)
 
     def new_session(self, capacity: int | None = None) -> Session:
         return Session(self, capacity)

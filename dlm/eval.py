@@ -127,7 +127,7 @@ class Assistant:
 
     def copy_bias(self, messages: list[dict[str, Any]]) -> LogitBias | None:
         """The copy bias of the reply to ``messages``, toward what they end with, as the product decodes it."""
-        return reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow, ASKING_WORDS)
+        return reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow, ASKING_WORDS, self.engine.pieces)
 
     def generate(self, prompt: list[int], effort: str, messages: list[dict[str, Any]]) -> Generation:
         """The reply to ``prompt``, the rendering of ``messages``, copy-biased."""

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     tokens = dict.fromkeys(per_pass, 0)
     for example in dialogues:
         history = example.messages[:-1]  # up to the tool's result
-        ways = {"bare": None, "biased": reply_copy_bias(history, engine.tokenizer.encode)}
+        ways = {"bare": None, "biased": reply_copy_bias(history, engine.tokenizer.encode, pieces=engine.pieces)}
         for _ in range(args.repeats):
             for way, bias in ways.items():
                 started = time.perf_counter()

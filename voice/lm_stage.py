@@ -157,7 +157,8 @@ class LmStage:
             splitter = ToolCallSplitter()
             call_body: str | None = None
             # closed on leaving, so the engine is done with the session before the next round starts
-            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias, ASKING_WORDS)
+            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias, ASKING_WORDS,
+                                   self.engine.pieces)
             async with contextlib.aclosing(self.engine.stream(self.history, session=self.session, bias=bias,
                                                               **self._stream_options(cap))) as stream:
                 async for piece in stream:

@@ -61,7 +61,7 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
             raise bad_request(str(exc), "response_format" if req.json_schema is not None else "tools") from None
     # the copy bias as the voice assistant decodes (block-causal families: the others decode whole sequences)
     bias = None if state.engine.model.cfg.bidirectional else reply_copy_bias(
-        req.messages, state.tokenizer.encode, state.copy_bias, asking_words(req.tools))
+        req.messages, state.tokenizer.encode, state.copy_bias, asking_words(req.tools), state.engine.pieces)
     return [
         GenerationSpec(prompt_ids=prompt.ids, max_tokens=max_tokens, temperature=req.temperature,
                        top_p=req.top_p, seed=None if req.seed is None else req.seed + i, effort=req.effort,

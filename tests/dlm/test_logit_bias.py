@@ -14,6 +14,7 @@ from dlm.decoding.logit_bias import (
     RESULT_FOLLOW_FACTOR,
     TWIN_FACTOR,
     LogitBias,
+    Pieces,
     between_requests,
     copy_phrases,
     reply_copy_bias,
@@ -126,6 +127,51 @@ def test_a_word_begun_is_finished(engine: Engine) -> None:
     assert after_result is not None
     logits = after_result.apply(torch.zeros(1, vocab), [can, ber, None], [2])
     assert logits[0, ra] == after_result.follow * MID_WORD_FACTOR
+
+
+def test_a_copied_word_once_done_goes_on_with_no_letter(engine: Engine) -> None:
+    """Once a copy has written the last two pieces of a word the caller said ("kit", "chen" of "kitchen") no
+    letter goes on it ("comingrt", "theaterry" were spelling calls), while a closing quote or a space may; where
+    another word they said goes on from there ("kitchens") the letter it goes on with is free."""
+    vocab = engine.model.cfg.vocab_size
+    quote, kit, chen, s, rt, space, close = ids(engine, '"', "kit", "chen", "s", "rt", " ", '"}')
+    ask = {"role": "user", "content": "how is kitchen spelled"}
+    bias = reply_copy_bias([ask], engine.tokenizer.encode, asking_words=ASKING_WORDS, pieces=engine.pieces)
+    assert bias is not None
+    logits = bias.apply(torch.zeros(1, vocab), [quote, kit, chen, None], [3])[0]
+    assert logits[s] == logits[rt] == -bias.follow * TWIN_FACTOR
+    assert logits[close] == logits[space] == 0.0
+    both = reply_copy_bias([{"role": "user", "content": "how is kitchen spelled in kitchens"}], engine.tokenizer.encode,
+                           asking_words=ASKING_WORDS, pieces=engine.pieces)
+    assert both is not None
+    logits = both.apply(torch.zeros(1, vocab), [quote, kit, chen, None], [3])[0]
+    assert logits[s] == both.follow * MID_WORD_FACTOR and logits[rt] == 0.0
+    unread = reply_copy_bias([ask], engine.tokenizer.encode, asking_words=ASKING_WORDS)  # no vocabulary pieces
+    assert unread is not None and unread.apply(torch.zeros(1, vocab), [quote, kit, chen, None], [3])[0, s] == 0.0
+
+
+def test_a_join_is_not_written_twice_in_a_row(engine: Engine) -> None:
+    """A space or a quote with punctuation right after the same piece loses the twin penalty: two neighbours
+    decided in one pass had both closed a string ('"yellow"}"}}') or both spaced ("can't brow  the web"). A
+    lone quote ('""' is an empty string) and brackets (which nest) may repeat."""
+    vocab = engine.model.cfg.vocab_size
+    space, close, comma, quote, brace, y = ids(engine, " ", '"}', '",', '"', "}", "y")
+    bias = reply_copy_bias([{"role": "user", "content": "spell yellow"}], engine.tokenizer.encode,
+                           asking_words=ASKING_WORDS, pieces=engine.pieces)
+    assert bias is not None
+
+    def after(left: int) -> float:
+        return float(bias.apply(torch.zeros(1, vocab), [y, left, None], [2])[0, left])
+
+    assert after(space) == after(close) == after(comma) == -bias.follow * TWIN_FACTOR
+    assert after(quote) == after(brace) == 0.0
+
+
+def test_pieces_are_read_from_the_vocabulary() -> None:
+    """Letters begin with a letter; joins are a space or a quote with punctuation, never a special token's ''
+    or a lone quote, a bracket, digits or dots."""
+    vocab = ["", "a", " ", '"}', '"', "}", "1", "..", "ab", '",', "  ", '"a']
+    assert Pieces.of(vocab) == Pieces(letters=frozenset({1, 8}), joins=frozenset({2, 3, 9}))
 
 
 def test_a_copy_stops_where_the_caller_asks_for_a_tool(engine: Engine) -> None:
