@@ -131,8 +131,9 @@ def test_a_word_begun_is_finished(engine: Engine) -> None:
 
 def test_a_copied_word_once_done_goes_on_with_no_letter(engine: Engine) -> None:
     """Once a copy has written the last two pieces of a word the caller said ("kit", "chen" of "kitchen") no
-    letter goes on it ("comingrt", "theaterry" were spelling calls), while a closing quote or a space may; where
-    another word they said goes on from there ("kitchens") the letter it goes on with is free."""
+    letter goes on it ("comingrt", "theaterry" were spelling calls), a space may, and a closing quote is favoured
+    ("coming}" had left the string open); where another word they said goes on from there ("kitchens") the letter
+    it goes on with is free. After a tool's result the reply is spoken: it ends words but closes no string."""
     vocab = engine.model.cfg.vocab_size
     quote, kit, chen, s, rt, space, close = ids(engine, '"', "kit", "chen", "s", "rt", " ", '"}')
     ask = {"role": "user", "content": "how is kitchen spelled"}
@@ -140,7 +141,7 @@ def test_a_copied_word_once_done_goes_on_with_no_letter(engine: Engine) -> None:
     assert bias is not None
     logits = bias.apply(torch.zeros(1, vocab), [quote, kit, chen, None], [3])[0]
     assert logits[s] == logits[rt] == -bias.follow * TWIN_FACTOR
-    assert logits[close] == logits[space] == 0.0
+    assert logits[close] == bias.follow and logits[space] == 0.0
     both = reply_copy_bias([{"role": "user", "content": "how is kitchen spelled in kitchens"}], engine.tokenizer.encode,
                            asking_words=ASKING_WORDS, pieces=engine.pieces)
     assert both is not None
@@ -148,6 +149,11 @@ def test_a_copied_word_once_done_goes_on_with_no_letter(engine: Engine) -> None:
     assert logits[s] == both.follow * MID_WORD_FACTOR and logits[rt] == 0.0
     unread = reply_copy_bias([ask], engine.tokenizer.encode, asking_words=ASKING_WORDS)  # no vocabulary pieces
     assert unread is not None and unread.apply(torch.zeros(1, vocab), [quote, kit, chen, None], [3])[0, s] == 0.0
+    tool = {"role": "tool", "content": json.dumps({"word": "kitchen", "letters": "k, i, t, c, h, e, n"})}
+    spoken = reply_copy_bias([tool], engine.tokenizer.encode, pieces=engine.pieces)
+    assert spoken is not None
+    logits = spoken.apply(torch.zeros(1, vocab), [space, kit, chen, None], [3])[0]
+    assert logits[rt] == -spoken.follow * TWIN_FACTOR and logits[close] == 0.0
 
 
 def test_a_join_is_not_written_twice_in_a_row(engine: Engine) -> None:
@@ -169,9 +175,10 @@ def test_a_join_is_not_written_twice_in_a_row(engine: Engine) -> None:
 
 def test_pieces_are_read_from_the_vocabulary() -> None:
     """Letters begin with a letter; joins are a space or a quote with punctuation, never a special token's ''
-    or a lone quote, a bracket, digits or dots."""
-    vocab = ["", "a", " ", '"}', '"', "}", "1", "..", "ab", '",', "  ", '"a']
-    assert Pieces.of(vocab) == Pieces(letters=frozenset({1, 8}), joins=frozenset({2, 3, 9}))
+    or a lone quote, a bracket, digits or dots; closings are the joins that begin with a quote."""
+    vocab = ["", "a", " ", '"}', '"', "}", "1", "..", "ab", '",', "  ", '"a', '}"']
+    assert Pieces.of(vocab) == Pieces(letters=frozenset({1, 8}), joins=frozenset({2, 3, 9, 12}),
+                                      closings=frozenset({3, 9}))
 
 
 def test_a_copy_stops_where_the_caller_asks_for_a_tool(engine: Engine) -> None:
