@@ -256,20 +256,26 @@ def bias_line(tokens: Sequence[int], start: int, window: Sequence[int | None]) -
     return [*before, *window], len(before)
 
 
-def _strings(value: Any) -> Iterator[str]:
+def _values(value: Any, numbers: bool) -> Iterator[str]:
+    """The string values in a tool's JSON result, and with ``numbers`` its numbers too, in digits."""
     if isinstance(value, str):
         yield value
+    elif numbers and isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
     elif isinstance(value, dict | list):
         for item in value.values() if isinstance(value, dict) else value:
-            yield from _strings(item)
+            yield from _values(item, numbers)
 
 
-def copy_phrases(messages: Sequence[dict[str, Any]], asking_words: Collection[str] = ()) -> list[str]:
+def copy_phrases(messages: Sequence[dict[str, Any]], asking_words: Collection[str] = (),
+                 numbers: bool = False) -> list[str]:
     """What a reply to ``messages`` is expected to repeat: a tool result's string values when it follows one (a
-    capital, a spelling); the caller's words when it answers them (a name to look up, words to say back), cut
-    where they ask for a tool (:func:`between_requests`), the numbers they said in digits, as a call writes
-    them (free held-out calls 89.7% -> 91.6% on the 200, README), and the latest tool result's values too,
-    which a follow-up may ask for again ("spell it again")."""
+    capital, a spelling; its numbers too with ``numbers``, where the reply says them in words); the caller's
+    words when it answers them (a name to look up, words to say back), cut where they ask for a tool
+    (:func:`between_requests`), the numbers they said in digits, as a call writes them (free held-out calls
+    89.7% -> 91.6% on the 200, README), and the latest tool result's values too, which a follow-up may ask for
+    again ("spell it again"), its numbers in digits ("times it by 12" after a 1024 had called "102 * 12"; free
+    calls / answers 94.8% / 90.3% -> 95.0% / 90.4%, follow-ups to arithmetic 90.5% -> 93.5%)."""
     if not messages:
         return []
     last = messages[-1]
@@ -280,10 +286,10 @@ def copy_phrases(messages: Sequence[dict[str, Any]], asking_words: Collection[st
         earlier = next((m for m in reversed(messages) if m.get("role") == "tool"), None)
         said_numbers = [str(n) for n in heard_numbers(content)]  # a call writes "16" for "sixteen"
         return [*between_requests(content, asking_words), *said_numbers,
-                *(copy_phrases([earlier]) if earlier is not None else [])]
+                *(copy_phrases([earlier], numbers=True) if earlier is not None else [])]
     if last.get("role") == "tool":
         try:
-            return [s for s in _strings(json.loads(content)) if s.strip()]
+            return [s for s in _values(json.loads(content), numbers) if s.strip()]
         except json.JSONDecodeError:
             return [content]
     return []

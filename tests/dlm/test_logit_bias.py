@@ -289,14 +289,15 @@ def test_bidirectional_families_refuse_a_bias(fixtures_dir: Path) -> None:
 
 def test_a_reply_copies_what_it_answers() -> None:
     user = {"role": "user", "content": "say back rizigaora"}
-    tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra", "n": 3, "more": ["x"]})}
+    tool = {"role": "tool", "content": json.dumps({"country": "ghana", "capital": "accra", "n": 3, "more": ["x"],
+                                                   "ok": True})}
     assert copy_phrases([user]) == ["say back rizigaora"]
-    assert copy_phrases([user, tool]) == ["ghana", "accra", "x"]
+    assert copy_phrases([user, tool]) == ["ghana", "accra", "x"]  # the reply says numbers in words
     assert copy_phrases([{"role": "tool", "content": "plain text"}]) == ["plain text"]
     assert copy_phrases([user, {"role": "assistant", "content": "ok"}]) == []
     again = {"role": "user", "content": "spell it again"}  # a follow-up may ask for the last result again
     assert copy_phrases([user, tool, {"role": "assistant", "content": "it's accra"}, again]) == [
-        "spell it again", "ghana", "accra", "x"]
+        "spell it again", "ghana", "accra", "3", "x"]  # its numbers in digits, as a call writes them
     assert copy_phrases([{"role": "user", "content": "a sixteen minute timer"}]) == ["a sixteen minute timer", "16"]
     asked = [{"role": "user", "content": "a sixteen minute tea timer for the kids"}]
     assert copy_phrases(asked, ASKING_WORDS) == ["a sixteen", "tea", "for the kids", "16"]
