@@ -23,6 +23,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from dlm.tools.grounding import FUNCTION_WORDS, heard_numbers, name_words
@@ -115,6 +116,21 @@ class Pieces:
         joins = frozenset(i for i, text in enumerate(vocab) if join(text))
         return cls(frozenset(i for i, text in enumerate(vocab) if LETTER_RUN.match(text)), joins,
                    frozenset(i for i in joins if vocab[i].startswith('"')))
+
+    def letters_but(self, kept: Collection[int]) -> torch.Tensor:
+        """``letters`` less ``kept`` as an index tensor, from one built once: most of a large vocabulary begins
+        with a letter, too many ids to list again at every word's end."""
+        import torch  # here: voice.config reads this module without loading torch
+
+        if not kept:
+            return self._letter_index
+        return self._letter_index[~torch.isin(self._letter_index, torch.tensor(sorted(kept), dtype=torch.long))]
+
+    @cached_property
+    def _letter_index(self) -> torch.Tensor:
+        import torch
+
+        return torch.tensor(sorted(self.letters), dtype=torch.long)
 
 
 @dataclass(frozen=True)
@@ -216,7 +232,7 @@ class LogitBias:
             if twin:
                 logits[row, left] -= follow * TWIN_FACTOR
             if done and self.pieces.letters:
-                logits[row, list(self.pieces.letters - nexts)] -= follow * TWIN_FACTOR
+                logits[row, self.pieces.letters_but(nexts).to(logits.device)] -= follow * TWIN_FACTOR
             if done and self.pieces.closings:
                 logits[row, list(self.pieces.closings - {left})] += follow
             if (favoured and value) or heads or twin or done:
