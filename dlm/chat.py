@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from dlm.config import CheckpointError
-from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.engine import Engine, PromptTooLong
 from dlm.grounded_call import grounded_call
 from dlm.history import fit_history
@@ -55,8 +54,7 @@ class TerminalChat:
         for _ in range(MAX_TOOL_ROUNDS + 1):
             self._fit_history()
             round_ = _Round(self._show, timing, started)
-            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, asking_words=ASKING_WORDS,
-                                   pieces=self.engine.pieces)
+            bias = self.engine.copy_bias(self.history, asking_words=ASKING_WORDS)
             try:
                 result = self.engine.generate(self.history, session=self.session, on_piece=round_.take, bias=bias,
                                               **self.options)

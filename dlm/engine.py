@@ -32,7 +32,7 @@ from dlm.checkpoint import load_checkpoint
 from dlm.constrained import vocab_strings
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
-from dlm.decoding.logit_bias import LogitBias, Pieces
+from dlm.decoding.logit_bias import COPY_FOLLOW, LogitBias, Pieces, reply_copy_bias
 from dlm.effort import Knobs, resolve
 from dlm.graphed_forward import GraphedStatePool, graphs_enabled
 from dlm.model import Transformer
@@ -178,6 +178,15 @@ class Engine:
         """The vocabulary's letters and joins that the copy bias ends words and keeps joins single with
         (`dlm.decoding.logit_bias.Pieces`); read from :attr:`vocab` once per engine."""
         return Pieces.of(self.vocab)
+
+    def copy_bias(self, messages: Sequence[dict[str, Any]], follow: float = COPY_FOLLOW,
+                  asking_words: frozenset[str] = frozenset()) -> LogitBias | None:
+        """The copy bias of the reply to ``messages`` (`dlm.decoding.logit_bias.reply_copy_bias`, with this
+        vocabulary's :attr:`pieces`); None for the bidirectional families, which take no bias: every caller (the
+        voice stage, the chat, the API, the evaluation) decodes any family."""
+        if self.model.cfg.bidirectional:
+            return None
+        return reply_copy_bias(messages, self.tokenizer.encode, follow, asking_words, self.pieces)
 
     def new_session(self, capacity: int | None = None) -> Session:
         return Session(self, capacity)

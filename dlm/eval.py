@@ -44,7 +44,7 @@ from dlm.config import CheckpointError
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.confidence import GREEDY
-from dlm.decoding.logit_bias import COPY_FOLLOW, LogitBias, reply_copy_bias
+from dlm.decoding.logit_bias import COPY_FOLLOW, LogitBias
 from dlm.decoding.schedule import align_up
 from dlm.effort import DEFAULT_EFFORT, EFFORTS, Knobs, resolve
 from dlm.engine import Engine
@@ -127,7 +127,7 @@ class Assistant:
 
     def copy_bias(self, messages: list[dict[str, Any]]) -> LogitBias | None:
         """The copy bias of the reply to ``messages``, toward what they end with, as the product decodes it."""
-        return reply_copy_bias(messages, self.tokenizer.encode, self.copy_follow, ASKING_WORDS, self.engine.pieces)
+        return self.engine.copy_bias(messages, self.copy_follow, ASKING_WORDS)
 
     def generate(self, prompt: list[int], effort: str, messages: list[dict[str, Any]]) -> Generation:
         """The reply to ``prompt``, the rendering of ``messages``, copy-biased."""

@@ -17,7 +17,6 @@ import torch
 
 from dlm.cli import DEMO_CHECKPOINT
 from dlm.cli_args import at_least_one, checkpoint, output_path
-from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.engine import Engine
 from dlm.eval import MAX_NEW_TOKENS
 from dlm.train.data import generate
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     tokens = dict.fromkeys(per_pass, 0)
     for example in dialogues:
         history = example.messages[:-1]  # up to the tool's result
-        ways = {"bare": None, "biased": reply_copy_bias(history, engine.tokenizer.encode, pieces=engine.pieces)}
+        ways = {"bare": None, "biased": engine.copy_bias(history)}
         for _ in range(args.repeats):
             for way, bias in ways.items():
                 started = time.perf_counter()

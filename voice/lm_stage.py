@@ -19,7 +19,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.effort import Knobs
 from dlm.grounded_call import heard_and_results, redo_steps, settle_redone
 from dlm.history import fit_history
@@ -157,8 +156,7 @@ class LmStage:
             splitter = ToolCallSplitter()
             call_body: str | None = None
             # closed on leaving, so the engine is done with the session before the next round starts
-            bias = reply_copy_bias(self.history, self.engine.tokenizer.encode, self.config.copy_bias, ASKING_WORDS,
-                                   self.engine.pieces)
+            bias = self.engine.copy_bias(self.history, self.config.copy_bias, ASKING_WORDS)
             async with contextlib.aclosing(self.engine.stream(self.history, session=self.session, bias=bias,
                                                               **self._stream_options(cap))) as stream:
                 async for piece in stream:

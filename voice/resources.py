@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from dlm.decoding.logit_bias import reply_copy_bias
 from voice.asr import WhisperAsr
 from voice.config import ConfigError, PipelineConfig
 from voice.trace import TraceMetrics
@@ -40,10 +39,10 @@ def load_engine(config: PipelineConfig) -> Any:
 async def warm_engine(engine: Any) -> None:
     """One tiny generation, copy-biased as a turn is, so the first caller does not pay for lazy allocations or
     for reading the vocabulary's pieces (`Engine.pieces`, one decode per token id)."""
-    bias = reply_copy_bias(_WARM_MESSAGES, engine.tokenizer.encode, pieces=engine.pieces)
     session = engine.new_session()
     try:
-        async for _ in engine.stream(_WARM_MESSAGES, session=session, max_new_tokens=8, bias=bias):
+        async for _ in engine.stream(_WARM_MESSAGES, session=session, max_new_tokens=8,
+                                     bias=engine.copy_bias(_WARM_MESSAGES)):
             pass
     finally:
         session.close()

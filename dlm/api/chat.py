@@ -20,7 +20,6 @@ from dlm.api.span_plan import plan_spans
 from dlm.api.sse import open_stream, send_done, send_event
 from dlm.api.state import STATE, ApiState
 from dlm.api.tool_calls import Delta
-from dlm.decoding.logit_bias import reply_copy_bias
 from dlm.tools.registry import asking_words
 
 log = logging.getLogger(__name__)
@@ -59,9 +58,8 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
             check_supported(state.engine.model.cfg)
         except UnsupportedModel as exc:
             raise bad_request(str(exc), "response_format" if req.json_schema is not None else "tools") from None
-    # the copy bias as the voice assistant decodes (block-causal families: the others decode whole sequences)
-    bias = None if state.engine.model.cfg.bidirectional else reply_copy_bias(
-        req.messages, state.tokenizer.encode, state.copy_bias, asking_words(req.tools), state.engine.pieces)
+    # the copy bias as the voice assistant decodes (none for the bidirectional families)
+    bias = state.engine.copy_bias(req.messages, state.copy_bias, asking_words(req.tools))
     return [
         GenerationSpec(prompt_ids=prompt.ids, max_tokens=max_tokens, temperature=req.temperature,
                        top_p=req.top_p, seed=None if req.seed is None else req.seed + i, effort=req.effort,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,13 +43,24 @@ def test_the_history_holds_the_call_its_result_and_the_reply(engine: Engine) -> 
 
 
 def test_a_typed_word_reaches_the_tool_as_the_caller_wrote_it(engine: Engine) -> None:
-    """The model alone ends its call inside the JSON here (`"teacher"}"}}`); the chat runs that call, grounded
-    as the voice assistant grounds its calls."""
+    """The model alone ends its call inside the JSON here (`"pretgaria"}}}`, no closing tag); the chat runs that
+    call, grounded as the voice assistant grounds its calls."""
     chat = TerminalChat(engine, io.StringIO())
-    chat.turn("how s teacher spelled")
+    chat.turn("what is bulgaria's capital")
     call = next(m for m in chat.history if m.get("tool_calls"))["tool_calls"][0]["function"]
-    assert (call["name"], call["arguments"]) == ("spell_word", {"word": "teacher"})
-    assert chat.history[-1]["content"] == "it's spelled t, e, a, c, h, e, r."
+    assert (call["name"], call["arguments"]) == ("country_capital", {"country": "bulgaria"})
+    assert chat.history[-1]["content"] == "sofia is the capital of bulgaria."
+
+
+def test_a_bidirectional_checkpoint_chats_without_a_copy_bias(fixtures_dir: Path) -> None:
+    """LLaDA and Dream take no logit bias; the chat had passed one and failed on every turn."""
+    llada = Engine.from_dir(fixtures_dir / "llada" / "checkpoint")
+    try:
+        assert llada.copy_bias([{"role": "user", "content": "say kelmaria"}]) is None
+        timings = run_chat(llada, ["hello there\n", "\n"], io.StringIO())
+    finally:
+        llada.close()
+    assert len(timings) == 1 and timings[0].total_ms > 0
 
 
 def test_a_missing_model_is_a_clear_error() -> None:
