@@ -215,6 +215,21 @@ def test_a_word_s_first_piece_is_favoured_before_its_second(engine: Engine) -> N
     assert bias.apply(torch.zeros(1, vocab), [have, None, e], [1])[0, tel] == 0.0
 
 
+def test_a_number_s_first_digit_is_favoured_before_its_second(engine: Engine) -> None:
+    """"eighteen split by 2" had called "87 / 2": where a string opens before an "8", the "1" of the 18 the
+    caller said is favoured; before a "5" that is a number of its own ("15 split by 5"), nothing is."""
+    vocab = engine.model.cfg.vocab_size
+    quote, one, eight, five = ids(engine, '"', "1", "8", "5")
+    assert engine.tokenizer.encode("18") == [one, eight]
+    bias = reply_copy_bias([{"role": "user", "content": "what's eighteen split by 2"}], engine.tokenizer.encode,
+                           asking_words=ASKING_WORDS)
+    assert bias is not None
+    assert bias.apply(torch.zeros(1, vocab), [quote, None, eight], [1])[0, one] == COPY_HEAD
+    own = reply_copy_bias([{"role": "user", "content": "what's 15 split by 5"}], engine.tokenizer.encode,
+                          asking_words=ASKING_WORDS)
+    assert own is not None and own.apply(torch.zeros(1, vocab), [quote, None, five], [1])[0, one] == 0.0
+
+
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
     vocab = engine.model.cfg.vocab_size
     bias = LogitBias.copying(["copenhagen"], engine.tokenizer.encode, follow=4.0)
