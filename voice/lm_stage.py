@@ -173,7 +173,7 @@ class LmStage:
             cut = call_body is None and result is not None and result.finish_reason == "length"
             tail, unfinished = splitter.flush()
             if call_body is None and not cut:
-                call_body = unfinished  # a call the reply ended inside ("teacher"}"}}): grounding mends it
+                call_body = unfinished  # a call the reply ended inside ("pretgaria"}}}): grounding mends it
             if call_body is None or round_no == self.config.max_tool_rounds:
                 self.stopped_at_cap = cut
                 # never leave the caller in silence, unless their own token cap cut the reply before it said

@@ -110,6 +110,7 @@ class Pieces:
     letters: frozenset[int] = frozenset()
     joins: frozenset[int] = frozenset()
     closings: frozenset[int] = frozenset()
+    _letter_indexes: dict[Any, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, vocab: Sequence[str]) -> Pieces:
@@ -120,26 +121,21 @@ class Pieces:
         return cls(frozenset(i for i, text in enumerate(vocab) if LETTER_RUN.match(text)), joins,
                    frozenset(i for i in joins if vocab[i].startswith('"')))
 
-    def letters_but(self, kept: Collection[int]) -> torch.Tensor:
-        """``letters`` less ``kept`` as an index tensor, from one built once: most of a large vocabulary begins
-        with a letter, too many ids to list again at every word's end."""
+    def letters_but(self, kept: Collection[int], device: torch.device) -> torch.Tensor:
+        """``letters`` less ``kept`` as an index tensor on ``device``, from one built once per device: most of a
+        large vocabulary begins with a letter, too many ids to list, or to copy to a GPU, at every word's end."""
         import torch  # here: voice.config reads this module without loading torch
 
-        if not kept:
-            return self._letter_index
-        return self._letter_index[~torch.isin(self._letter_index, torch.tensor(sorted(kept), dtype=torch.long))]
+        index = self._letter_indexes.get(device)
+        if index is None:
+            index = self._letter_indexes[device] = torch.tensor(sorted(self.letters), dtype=torch.long, device=device)
+        return index[~torch.isin(index, index.new_tensor(sorted(kept)))] if kept else index
 
     @cached_property
     def spoken(self) -> Pieces:
         """These pieces less ``closings``, for a reply that is spoken and closes no string (built once, so its
         letters' index is too)."""
         return replace(self, closings=frozenset())
-
-    @cached_property
-    def _letter_index(self) -> torch.Tensor:
-        import torch
-
-        return torch.tensor(sorted(self.letters), dtype=torch.long)
 
 
 @dataclass(frozen=True)
@@ -254,7 +250,7 @@ class LogitBias:
             if twin:
                 logits[row, left] -= follow * TWIN_FACTOR
             if done and self.pieces.letters:
-                logits[row, self.pieces.letters_but(nexts).to(logits.device)] -= follow * TWIN_FACTOR
+                logits[row, self.pieces.letters_but(nexts, logits.device)] -= follow * TWIN_FACTOR
             if done and self.pieces.closings:
                 logits[row, list(self.pieces.closings - {left})] += follow
             if (favoured and value) or heads or twin or done:

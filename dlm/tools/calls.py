@@ -91,7 +91,7 @@ class ToolCallSplitter:
 
     def flush(self) -> tuple[str, str | None]:
         """The end of the stream: ``(held-back text, body of a tool call begun and never closed, or None)``. A
-        reply that stops inside its call (``{"word": "teacher"}"}}`` and the end) still asked for one: the
+        reply that stops inside its call (``{"country": "pretgaria"}}}`` and the end) still asked for one: the
         caller decides whether to run it, and grounding settles its JSON or decodes it again."""
         rest, self._buffer = self._buffer, ""
         if self._bare:
