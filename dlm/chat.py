@@ -111,8 +111,7 @@ class _Round:
         """The round's last text; a call the reply ended inside is run, unless the token cap cut it (``cut``)."""
         if self.call_body is not None:
             return self.text
-        tail, unfinished = self.splitter.flush()
-        self.call_body = None if cut else unfinished
+        tail, self.call_body = self.splitter.flush(cut)
         self.show(tail)
         return self.text + tail
 

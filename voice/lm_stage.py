@@ -171,8 +171,8 @@ class LmStage:
             if result is not None:
                 usage.add(result.prompt_tokens, len(result.token_ids))
             cut = call_body is None and result is not None and result.finish_reason == "length"
-            tail, unfinished = splitter.flush()
-            if call_body is None and not cut:
+            tail, unfinished = splitter.flush(cut)
+            if call_body is None:
                 call_body = unfinished  # a call the reply ended inside ("pretgaria"}}}): grounding mends it
             if call_body is None or round_no == self.config.max_tool_rounds:
                 self.stopped_at_cap = cut

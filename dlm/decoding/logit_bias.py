@@ -240,9 +240,10 @@ class LogitBias:
             favoured, value = (nexts, follow) if nexts else (begins, self.start)
             heads = self._heads_before(line, at, row_at, likeliest) if begins and not nexts else frozenset()
             # no twin of the neighbour where the phrase goes on with another piece, its word is done or it is a join
-            twin = left is not None and ((nexts and left not in nexts) or pair in self.ends
+            ended = pair in self.ends
+            twin = left is not None and ((nexts and left not in nexts) or ended
                                          or (left in self.pieces.joins and left not in nexts))
-            done = pair in self.ends and pair not in self.inside  # a copied word's last piece: no letter goes on
+            done = ended and pair not in self.inside  # a copied word's last piece: no letter goes on
             if favoured and value:
                 logits[row, list(favoured)] += value
             if heads:

@@ -89,15 +89,18 @@ class ToolCallSplitter:
         self._buffer = self._buffer[end + len(TOOL_CLOSE) :]
         return text, body
 
-    def flush(self) -> tuple[str, str | None]:
+    def flush(self, cut: bool = False) -> tuple[str, str | None]:
         """The end of the stream: ``(held-back text, body of a tool call begun and never closed, or None)``. A
-        reply that stops inside its call (``{"country": "pretgaria"}}}`` and the end) still asked for one: the
-        caller decides whether to run it, and grounding settles its JSON or decodes it again."""
+        reply that stops inside its call (``{"country": "pretgaria"}}}`` and the end) still asked for one, and
+        grounding settles its JSON or decodes it again; unless the token cap stopped it there (``cut``): then
+        it asked for nothing whole, and the begun call is dropped."""
         rest, self._buffer = self._buffer, ""
         if self._bare:
-            return "", rest.strip()
+            return "", None if cut else rest.strip()
         start = rest.find(TOOL_OPEN)
-        return (rest, None) if start < 0 else (rest[:start], rest[start + len(TOOL_OPEN):])
+        if start < 0:
+            return rest, None
+        return rest[:start], None if cut else rest[start + len(TOOL_OPEN):]
 
 
 def _json_object_end(text: str) -> int | None:

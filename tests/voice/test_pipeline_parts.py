@@ -31,6 +31,17 @@ def test_tool_call_is_never_spoken_even_when_its_tag_arrives_in_pieces() -> None
     assert calls == ['{"name": "calculator", "arguments": {}}']
 
 
+def test_a_call_the_reply_ended_inside_is_kept_unless_the_token_cap_cut_it() -> None:
+    for opening in ("sure <tool_call>", ""):  # tagged, and bare JSON
+        pieces = [opening, '{"name": "country_capital", "arguments": {"country": "pretgaria"}']
+        for cut, kept in ((False, [pieces[1]]), (True, [])):
+            splitter = ToolCallSplitter()
+            spoken = "".join(splitter.push(piece)[0] for piece in pieces)
+            tail, unfinished = splitter.flush(cut)
+            assert spoken + tail == opening.removesuffix("<tool_call>")
+            assert ([] if unfinished is None else [unfinished]) == kept
+
+
 def test_text_that_only_looks_like_a_tag_start_is_released() -> None:
     assert split(["one <", "two"]) == ("one <two", [])
     assert split(["ends with <to"]) == ("ends with <to", [])
