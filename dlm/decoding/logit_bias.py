@@ -87,6 +87,14 @@ TWIN_FACTOR = 3.0
 # --samples --efforts medium, docs/decoding.md). Not after the words that ask for a tool: "spelled" would have
 # named the tool "spelled_word".
 MID_WORD_FACTOR = 3.0
+# A copy whose last CONTEXT tokens were copied in a row, a word's letters among them, follows MID_WORD_FACTOR
+# times as strongly too, between words and at a word's second piece: a copy running through the caller's words goes
+# on with them where one alone had broken off ("garden senegal 978 vicious mesmill", "australia coming frand").
+# Held-out answers free / with calls grounded 90.6% / 93.6% -> 91.4% / 94.4%, "repeat" 82.3% -> 92.5%, 4.23 ->
+# 4.26 tokens per pass, free calls 95.3% and every other intent the same; x2: 91.2% / 94.2%; x5 copied the system
+# prompt into "who are you"'s reply (identity 100% -> 0%): 88.1% / 91.9% (python -m dlm.eval --samples --efforts
+# medium, docs/decoding.md). Not where the run is digits and spaces alone: "71 plus 102" was copied as said into a
+# calculator's expression (free calls 93.5%).
 # Where a word may start and no phrase is being followed, a word whose second piece comes right after (committed, or
 # that row's own likeliest token in this pass) gets its first piece favoured by this: the model often writes a word's
 # later pieces right and its first one wrong, "ningephone" and "honeephone" for telephone. Free calls / answers
@@ -141,7 +149,8 @@ class Pieces:
 @dataclass(frozen=True)
 class LogitBias:
     """What to add to a generation's logits: ``follow`` to a copy phrase's next token (:data:`MID_WORD_FACTOR`
-    times that right after a pair of pieces in ``inside``, the middle of a word being copied), ``start`` to a
+    times that right after a pair of pieces in ``inside``, the middle of a word being copied, and where the last
+    :data:`CONTEXT` tokens, a word's letters among them, were copied in a row), ``start`` to a
     phrase's first token where no phrase is being followed and one may begin (``starts``: the first tokens
     favoured right after each token that lets a phrase begin), and there :data:`COPY_HEAD` to the first piece
     of a word whose second comes next (``heads``: first pieces keyed by the second). Where a copied word is
@@ -232,11 +241,12 @@ class LogitBias:
         likeliest = logits.argmax(-1).tolist()
         row_at = {at: row for row, at in enumerate(positions)}
         for row, at in enumerate(positions):
-            nexts = self.continuation(line[max(0, at - CONTEXT):at]) if self.follow else frozenset()
+            tail = line[max(0, at - CONTEXT):at]
+            nexts = self.continuation(tail) if self.follow else frozenset()
             left = line[at - 1] if at > 0 else None
             begins = self.starts.get(left, frozenset()) if left is not None else frozenset()
             pair = tuple(line[max(0, at - 2):at])
-            follow = self.follow * (MID_WORD_FACTOR if pair in self.inside else 1.0)
+            follow = self.follow * (MID_WORD_FACTOR if pair in self.inside or self._copying_words(tail) else 1.0)
             favoured, value = (nexts, follow) if nexts else (begins, self.start)
             heads = self._heads_before(line, at, row_at, likeliest) if begins and not nexts else frozenset()
             # no twin of the neighbour where the phrase goes on with another piece, its word is done or it is a join
@@ -268,6 +278,12 @@ class LogitBias:
         if right is None and at + 1 in row_at:
             right = likeliest[row_at[at + 1]]
         return self.heads.get(right, frozenset()) if right is not None else frozenset()
+
+    def _copying_words(self, tail: Sequence[int | None]) -> bool:
+        """Whether the :data:`CONTEXT` tokens of ``tail`` were copied in a row, a word's letters among them, and the
+        copy goes on: then it follows :data:`MID_WORD_FACTOR` times as strongly."""
+        return (len(tail) == CONTEXT and None not in tail and bool(self.continuations.get(tuple(tail)))  # type: ignore[arg-type]
+                and not self.pieces.letters.isdisjoint(tail))
 
     def continuation(self, context: Sequence[int | None]) -> frozenset[int]:
         """The next tokens of the phrases that contain the longest committed tail of ``context``: none where that

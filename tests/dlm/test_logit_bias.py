@@ -62,6 +62,25 @@ def test_the_longest_committed_tail_picks_the_phrase_continuation(engine: Engine
     assert logits[0, a] == 4.0
 
 
+def test_a_copy_running_through_words_follows_them_more_strongly(engine: Engine) -> None:
+    """Three tokens copied in a row, a word's letters among them, and the copy goes on three times as strongly
+    ("garden senegal 978 vicious mesmill" had broken off a word it had begun); a run of digits and spaces does
+    not ("71 plus 102" went into a calculator's expression as said)."""
+    vocab = engine.model.cfg.vocab_size
+    ine, er, space, kit, one, zero = ids(engine, "ine", "er", " ", "kit", "1", "0")
+    ask = {"role": "user", "content": "repeat engineer kitchen 710 119"}
+    bias = reply_copy_bias([ask], engine.tokenizer.encode, pieces=engine.pieces)
+    assert bias is not None
+    running = bias.apply(torch.zeros(1, vocab), [ine, er, space, None], [3])[0]
+    assert running[kit] == bias.follow * MID_WORD_FACTOR
+    begun = bias.apply(torch.zeros(1, vocab), [None, er, space, None], [3])[0]  # two tokens known: no run yet
+    assert begun[kit] == bias.follow
+    digits = bias.apply(torch.zeros(1, vocab), [one, zero, space, None], [3])[0]
+    assert digits[one] == bias.follow
+    unread = reply_copy_bias([ask], engine.tokenizer.encode)  # no vocabulary pieces: no letters to tell a word by
+    assert unread is not None and unread.apply(torch.zeros(1, vocab), [ine, er, space, None], [3])[0, kit] == unread.follow
+
+
 def test_a_copy_that_ends_its_phrase_is_not_led_on(engine: Engine) -> None:
     """After "22" the phrase "22" is complete: its shorter tail "2" (which "22" continues) must not favour a
     third "2" (the checkpoint in budget had written "10 - 222" for "22")."""
