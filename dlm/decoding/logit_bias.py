@@ -94,7 +94,7 @@ MID_WORD_FACTOR = 3.0
 # 4.26 tokens per pass, free calls 95.3% and every other intent the same; x2: 91.2% / 94.2%; x5 copied the system
 # prompt into "who are you"'s reply (identity 100% -> 0%): 88.1% / 91.9% (python -m dlm.eval --samples --efforts
 # medium, docs/decoding.md). Not where the run is digits and spaces alone: "71 plus 102" was copied as said into a
-# calculator's expression (free calls 93.5%).
+# calculator's expression (x2 with them: free calls 95.3% -> 93.5%).
 # Where a word may start and no phrase is being followed, a word whose second piece comes right after (committed, or
 # that row's own likeliest token in this pass) gets its first piece favoured by this: the model often writes a word's
 # later pieces right and its first one wrong, "ningephone" and "honeephone" for telephone. Free calls / answers
