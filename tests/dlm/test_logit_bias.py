@@ -194,10 +194,11 @@ def test_a_join_is_not_written_twice_in_a_row(engine: Engine) -> None:
 
 def test_pieces_are_read_from_the_vocabulary() -> None:
     """Letters begin with a letter; joins are a space or a quote with punctuation, never a special token's ''
-    or a lone quote, a bracket, digits or dots; closings are the joins that begin with a quote."""
+    or a lone quote, a bracket, digits or dots; closings are the joins that begin with a quote; digits are
+    digits alone."""
     vocab = ["", "a", " ", '"}', '"', "}", "1", "..", "ab", '",', "  ", '"a', '}"']
     assert Pieces.of(vocab) == Pieces(letters=frozenset({1, 8}), joins=frozenset({2, 3, 9, 12}),
-                                      closings=frozenset({3, 9}))
+                                      closings=frozenset({3, 9}), digits=frozenset({6}))
 
 
 def test_a_copy_stops_where_the_caller_asks_for_a_tool(engine: Engine) -> None:
@@ -247,6 +248,57 @@ def test_a_number_s_first_digit_is_favoured_before_its_second(engine: Engine) ->
     own = reply_copy_bias([{"role": "user", "content": "what's 15 split by 5"}], engine.tokenizer.encode,
                           asking_words=ASKING_WORDS)
     assert own is not None and own.apply(torch.zeros(1, vocab), [quote, None, five], [1])[0, one] == 0.0
+
+
+def test_a_number_begun_as_one_said_is_finished_as_it(engine: Engine) -> None:
+    """"113 minus eighty-five" had called "113 - 8": a "8" that is no number said but begins the 85 the caller said
+    goes on with its "5" three times as strongly. Not where the digits are a number said ("1" of "1 plus 12"), nor
+    where they begin an earlier result's number too ("times it by 12" after 1024 had become "1224 * 12")."""
+    vocab = engine.model.cfg.vocab_size
+    space, minus, one, two, five, eight = ids(engine, " ", "-", "1", "2", "5", "8")
+    encode = engine.tokenizer.encode
+    asked = reply_copy_bias([{"role": "user", "content": "tell me 113 minus eighty-five"}], encode,
+                            pieces=engine.pieces)
+    assert asked is not None
+    begun = asked.apply(torch.zeros(1, vocab), [minus, space, eight, None], [3])[0]
+    assert begun[five] == asked.follow * MID_WORD_FACTOR
+    unknown = asked.apply(torch.zeros(1, vocab), [None, eight, None], [2])[0]  # whether a number begins: unknown
+    assert unknown[five] == asked.follow
+    said = reply_copy_bias([{"role": "user", "content": "what is 1 plus 12"}], encode, pieces=engine.pieces)
+    assert said is not None and said.apply(torch.zeros(1, vocab), [space, one, None], [2])[0, two] == said.follow
+    result = {"role": "tool", "content": json.dumps({"result": 1024})}
+    follow_up = reply_copy_bias([result, {"role": "user", "content": "times it by 12"}], encode,
+                                pieces=engine.pieces)
+    assert follow_up is not None
+    after_one = follow_up.apply(torch.zeros(1, vocab), [space, one, None], [2])[0]
+    assert after_one[two] == follow_up.follow  # followed as "12" and "1024" are, not more
+
+
+def test_a_number_that_begins_as_none_said_is_steered_to_one_said(engine: Engine) -> None:
+    """"32 plus zero" had called "32 + 1": where the model would begin a number with a digit no number the caller
+    said begins with, the first digits of theirs are favoured by the start bias; not where its digit begins one
+    (a confident "2" of "squared" stays, and nothing is made surer than it was), nor inside a number."""
+    vocab = engine.model.cfg.vocab_size
+    space, plus, zero, one, two, three = ids(engine, " ", "+", "0", "1", "2", "3")
+    encode = engine.tokenizer.encode
+    bias = reply_copy_bias([{"role": "user", "content": "okay 32 plus zero equals what"}], encode,
+                           pieces=engine.pieces)
+    assert bias is not None
+
+    def at_number_start(likeliest: int, left: list[int | None]) -> torch.Tensor:
+        logits = torch.zeros(1, vocab)
+        logits[0, likeliest] = 1.0
+        return bias.apply(logits, [*left, None], [len(left)])[0]
+
+    unsaid = at_number_start(one, [plus, space])
+    assert unsaid[zero] == unsaid[three] == bias.start and unsaid[one] == 1.0
+    assert at_number_start(three, [plus, space])[zero] == 0.0  # "3" begins the 32 said
+    inside = at_number_start(one, [space, three])  # after a digit: no number begins here
+    assert inside[zero] == 0.0
+    squared = reply_copy_bias([{"role": "user", "content": "35 squared"}], encode, pieces=engine.pieces)
+    assert squared is not None and two in squared.number_firsts  # "squared" says 2
+    bare = reply_copy_bias([{"role": "user", "content": "okay 32 plus zero"}], encode)  # no pieces: no digits known
+    assert bare is not None and bare.apply(torch.zeros(1, vocab), [plus, space, None], [2])[0, zero] == 0.0
 
 
 def test_a_phrase_is_followed_mid_sentence_and_at_the_start(engine: Engine) -> None:
