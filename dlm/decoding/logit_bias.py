@@ -15,7 +15,9 @@ strongly until it is done ("aust" for australia), its first piece is favoured wh
 phrases only between the words that ask for a tool ("schedule spell" was a word to spell). A space or a closing
 quote is never written twice in a row ('"yellow"}"}}'). A number is written as one the caller said: begun as one,
 it is finished as it ("113 - 8" for "113 minus eighty-five"), and one about to begin as none of theirs begins as
-one of theirs ("32 + 1" for "32 plus zero").
+one of theirs ("32 + 1" for "32 plus zero"). Where a call's string opens and the model is unsure of every token, a
+name the caller said starts more strongly: a bias is a prior, and counts for most where the model has least to
+say ("exex" for kitchen).
 """
 
 from __future__ import annotations
@@ -115,6 +117,15 @@ MID_WORD_FACTOR = 3.0
 # -> 95.3% / 90.6%, arithmetic 96.9% -> 97.1%, conversions 96.9% -> 97.8%, timers 87.6% -> 88.6%, no intent lower;
 # also before a second digit that is a number of its own, "15 / 15" for "15 split by 5" (95.2% / 90.5%).
 COPY_HEAD = 8.0
+# Where a call's string opens and the model is this unsure of the position (its likeliest token under this
+# probability), the caller's name starts there with COPY_HEAD rather than COPY_START: the model has no word of its own
+# to weigh against the copy, and the start bias was too weak to lift a name it barely knew ("exex" and "forset" for
+# kitchen, "pretgaria" for bulgaria). Free calls / answers 95.6% / 91.7% -> 96.0% / 92.0%, 4.27 tokens per pass,
+# nothing lost (python -m dlm.eval --samples --efforts medium, docs/decoding.md). At every start, spoken ones after
+# the caller's words too: 96.0% / 92.2% ("okay: sta paltdge tunisia" for "say this knowledge tunisia" mended), but
+# a real model's prose is often that unsure where a word begins, and +8 there would make it parrot the caller's
+# rarer words; under 0.35 and under 0.1, +5 and +12: within a dialogue of it.
+UNSURE = 0.2
 LETTER_RUN = re.compile(r"[^\W\d_]+")  # a word's letters, without digits or marks
 
 
@@ -163,10 +174,10 @@ class Pieces:
 class LogitBias:
     """What to add to a generation's logits: ``follow`` to a copy phrase's next token (:data:`MID_WORD_FACTOR`
     times that right after a pair of pieces in ``inside``, the middle of a word being copied, and where the last
-    :data:`CONTEXT` tokens, a word's letters among them, were copied in a row), ``start`` to a
-    phrase's first token where no phrase is being followed and one may begin (``starts``: the first tokens
-    favoured right after each token that lets a phrase begin), and there :data:`COPY_HEAD` to the first piece
-    of a word whose second comes next (``heads``: first pieces keyed by the second). A number is steered toward
+    :data:`CONTEXT` tokens, a word's letters among them, were copied in a row), ``start`` to a phrase's first
+    token where no phrase is being followed and one may begin (``starts``: the first tokens favoured right after
+    each token that lets a phrase begin; :data:`COPY_HEAD` instead after one of ``eager_after`` where the model
+    is :data:`UNSURE` of every token), and there :data:`COPY_HEAD` to the first piece of a word whose second comes next (``heads``: first pieces keyed by the second). A number is steered toward
     ``numbers`` (token ids), and one begun as one of those ``said`` is finished as it. Where a copied word is
     done (its last pair in ``ends`` and in no other word) no letter of ``pieces`` goes on it and its closing
     quotes gain ``follow``, and no join is written twice in a row."""
@@ -175,6 +186,7 @@ class LogitBias:
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
     start: float = 0.0
     starts: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    eager_after: frozenset[int] = frozenset()
     inside: frozenset[tuple[int, int]] = frozenset()
     ends: frozenset[tuple[int, int]] = frozenset()
     heads: Mapping[int, frozenset[int]] = field(default_factory=dict)
@@ -201,18 +213,21 @@ class LogitBias:
         return bias.starting(phrases, encode, start, WORD_BREAKS) if start else bias
 
     def starting(self, words: Iterable[str], encode: Callable[[str], list[int]], start: float,
-                 after: Iterable[str]) -> LogitBias:
+                 after: Iterable[str], eager: bool = False) -> LogitBias:
         """This bias with the first piece of each of ``words`` (mid-sentence and at the start) favoured by
         ``start`` right after any of ``after``'s last tokens too. Only there: favoured right after a word, a
-        phrase's first piece would be glued to it ("you havefif-")."""
+        phrase's first piece would be glued to it ("you havefif-"). ``eager``: there a position the model is
+        :data:`UNSURE` of gets :data:`COPY_HEAD` instead (``eager_after``)."""
         spaces = set(encode(" "))
         firsts = {first for word in words for ids in (encode(" " + word), encode(word))
                   if (first := next((t for t in ids if t not in spaces), None)) is not None}
-        starts = dict(self.starts)
+        starts, eager_after = dict(self.starts), set(self.eager_after)
         for text in after:
             if ids := encode(text):
                 starts[ids[-1]] = starts.get(ids[-1], frozenset()) | firsts
-        return replace(self, start=start, starts=starts)
+                if eager:
+                    eager_after.add(ids[-1])
+        return replace(self, start=start, starts=starts, eager_after=frozenset(eager_after))
 
     def finishing(self, texts: Iterable[str], encode: Callable[[str], list[int]]) -> LogitBias:
         """This bias with each word of ``texts`` (each run of letters: "australia" of "australia's") followed
@@ -273,6 +288,8 @@ class LogitBias:
             favoured, value = (nexts, follow) if nexts else (begins, self.start)
             if not nexts and self._begins_unknown_number(line, at, likeliest[row]):
                 favoured = self.number_firsts
+            if not nexts and favoured and value and left in self.eager_after and _unsure(logits[row]):
+                value = COPY_HEAD  # a start where the model has no word of its own to weigh against the copy
             heads = self._heads_before(line, at, row_at, likeliest) if begins and not nexts else frozenset()
             # no twin of the neighbour where the phrase goes on with another piece, its word is done or it is a join
             ended = pair in self.ends
@@ -348,6 +365,11 @@ class LogitBias:
                 break
             best = self.continuations.get(tail, best)  # type: ignore[arg-type]
         return best
+
+
+def _unsure(row: torch.Tensor) -> bool:
+    """Whether the model gives no token of ``row`` (one position's logits) :data:`UNSURE` of its probability."""
+    return float(row.softmax(-1).max()) < UNSURE
 
 
 def bias_line(tokens: Sequence[int], start: int, window: Sequence[int | None]) -> tuple[list[int | None], int]:
@@ -439,7 +461,7 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
     spaces = set(encode(" "))
     rare = [word for word in words if sum(t not in spaces for t in encode(" " + word)) > 1]  # several pieces
     bias = (LogitBias.copying(phrases, encode, follow)
-            .starting(words, encode, COPY_START, STRING_OPENINGS)
+            .starting(words, encode, COPY_START, STRING_OPENINGS, eager=True)
             .starting(rare, encode, COPY_START, (" ",))  # not the reply's first word: "okay: ..." may come first
             .finishing(words, encode)
             .numbering([phrase for phrase in phrases if phrase.isdigit()], encode,

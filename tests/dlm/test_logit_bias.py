@@ -10,6 +10,7 @@ import torch
 
 from dlm.decoding.logit_bias import (
     COPY_HEAD,
+    COPY_START,
     MID_WORD_FACTOR,
     RESULT_FOLLOW_FACTOR,
     TWIN_FACTOR,
@@ -42,6 +43,13 @@ def ids(engine: Engine, *pieces: str) -> list[int]:
 def first_token(engine: Engine, word: str) -> int:
     """The token a word starts with in the demo tokenizer (which pieces those are changes when it is retrained)."""
     return engine.tokenizer.encode(word)[0]
+
+
+def sure_of(token: int, vocab: int) -> torch.Tensor:
+    """One position's logits, the model sure of ``token`` (well over UNSURE), so a start gets its plain bias."""
+    logits = torch.zeros(1, vocab)
+    logits[0, token] = 10.0
+    return logits
 
 
 def boosted(bias: LogitBias, vocab: int, left: list[int | None]) -> set[int]:
@@ -228,11 +236,11 @@ def test_a_word_s_first_piece_is_favoured_before_its_second(engine: Engine) -> N
     bias = reply_copy_bias(ask, engine.tokenizer.encode, asking_words=ASKING_WORDS)
     assert bias is not None
     logits = torch.zeros(2, vocab)
-    logits[0, ning], logits[1, e] = 5.0, 5.0
+    logits[0, ning], logits[1, e] = 10.0, 5.0
     biased = bias.apply(logits, [space, None, None], [1, 2])
     assert biased[0].argmax() == tel and biased[0, tel] == bias.start + COPY_HEAD
-    assert bias.apply(torch.zeros(1, vocab), [quote, None, e], [1])[0, tel] == bias.start + COPY_HEAD
-    assert bias.apply(torch.zeros(1, vocab), [have, None, e], [1])[0, tel] == 0.0
+    assert bias.apply(sure_of(ning, vocab), [quote, None, e], [1])[0, tel] == bias.start + COPY_HEAD
+    assert bias.apply(sure_of(ning, vocab), [have, None, e], [1])[0, tel] == 0.0
 
 
 def test_a_number_s_first_digit_is_favoured_before_its_second(engine: Engine) -> None:
@@ -286,12 +294,10 @@ def test_a_number_that_begins_as_none_said_is_steered_to_one_said(engine: Engine
     assert bias is not None
 
     def at_number_start(likeliest: int, left: list[int | None]) -> torch.Tensor:
-        logits = torch.zeros(1, vocab)
-        logits[0, likeliest] = 1.0
-        return bias.apply(logits, [*left, None], [len(left)])[0]
+        return bias.apply(sure_of(likeliest, vocab), [*left, None], [len(left)])[0]
 
     unsaid = at_number_start(one, [plus, space])
-    assert unsaid[zero] == unsaid[three] == bias.start and unsaid[one] == 1.0
+    assert unsaid[zero] == unsaid[three] == bias.start and unsaid[one] == 10.0
     assert at_number_start(three, [plus, space])[zero] == 0.0  # "3" begins the 32 said
     inside = at_number_start(one, [space, three])  # after a digit: no number begins here
     assert inside[zero] == 0.0
@@ -343,6 +349,22 @@ def test_a_call_s_string_starts_with_a_name_the_caller_said(engine: Engine) -> N
     assert d in boosted(bias, vocab, [space])
     assert d not in boosted(bias, vocab, [newline])  # the reply's first word is its own: "okay: ..."
     assert not {good, twen, two} & boosted(bias, vocab, [space])
+
+
+def test_a_call_s_string_starts_as_strongly_as_a_word_s_head_where_the_model_is_unsure(engine: Engine) -> None:
+    """"how is kitchen spelled" had called "exex": where no token of a string's opening has UNSURE of the model's
+    probability, the word said starts with COPY_HEAD, not COPY_START; where the model is sure of one, as before;
+    and a spoken word after a space only with COPY_START, sure or not (a real model's prose would parrot)."""
+    vocab = engine.model.cfg.vocab_size
+    quote, space = ids(engine, '"', " ")
+    kit = first_token(engine, "kitchen")
+    bias = reply_copy_bias([{"role": "user", "content": "how is kitchen spelled"}], engine.tokenizer.encode,
+                           asking_words=ASKING_WORDS)
+    assert bias is not None
+    unsure = bias.apply(torch.zeros(1, vocab), [quote, None], [1])[0]  # every token alike
+    assert unsure[kit] == COPY_HEAD
+    assert bias.apply(sure_of(quote, vocab), [quote, None], [1])[0, kit] == bias.start == COPY_START
+    assert bias.apply(torch.zeros(1, vocab), [space, None], [1])[0, kit] == COPY_START
 
 
 def test_a_word_that_asks_for_a_tool_starts_no_name(engine: Engine) -> None:
