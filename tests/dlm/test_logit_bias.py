@@ -52,6 +52,14 @@ def sure_of(token: int, vocab: int) -> torch.Tensor:
     return logits
 
 
+def asked(engine: Engine, content: str) -> LogitBias:
+    """The copy bias of the reply to a caller who said ``content``, with the vocabulary's pieces, as the engine
+    builds it."""
+    bias = reply_copy_bias([{"role": "user", "content": content}], engine.tokenizer.encode, pieces=engine.pieces)
+    assert bias is not None
+    return bias
+
+
 def boosted(bias: LogitBias, vocab: int, left: list[int | None]) -> set[int]:
     """The tokens favoured at a position after ``left``."""
     return set((bias.apply(torch.zeros(1, vocab), [*left, None], [len(left)])[0] > 0).nonzero()[:, 0].tolist())
@@ -264,18 +272,15 @@ def test_a_number_begun_as_one_said_is_finished_as_it(engine: Engine) -> None:
     where they begin an earlier result's number too ("times it by 12" after 1024 had become "1224 * 12")."""
     vocab = engine.model.cfg.vocab_size
     space, minus, one, two, five, eight = ids(engine, " ", "-", "1", "2", "5", "8")
-    encode = engine.tokenizer.encode
-    asked = reply_copy_bias([{"role": "user", "content": "tell me 113 minus eighty-five"}], encode,
-                            pieces=engine.pieces)
-    assert asked is not None
-    begun = asked.apply(torch.zeros(1, vocab), [minus, space, eight, None], [3])[0]
-    assert begun[five] == asked.follow * MID_WORD_FACTOR
-    unknown = asked.apply(torch.zeros(1, vocab), [None, eight, None], [2])[0]  # whether a number begins: unknown
-    assert unknown[five] == asked.follow
-    said = reply_copy_bias([{"role": "user", "content": "what is 1 plus 12"}], encode, pieces=engine.pieces)
-    assert said is not None and said.apply(torch.zeros(1, vocab), [space, one, None], [2])[0, two] == said.follow
+    bias = asked(engine, "tell me 113 minus eighty-five")
+    begun = bias.apply(torch.zeros(1, vocab), [minus, space, eight, None], [3])[0]
+    assert begun[five] == bias.follow * MID_WORD_FACTOR
+    unknown = bias.apply(torch.zeros(1, vocab), [None, eight, None], [2])[0]  # whether a number begins: unknown
+    assert unknown[five] == bias.follow
+    said = asked(engine, "what is 1 plus 12")
+    assert said.apply(torch.zeros(1, vocab), [space, one, None], [2])[0, two] == said.follow
     result = {"role": "tool", "content": json.dumps({"result": 1024})}
-    follow_up = reply_copy_bias([result, {"role": "user", "content": "times it by 12"}], encode,
+    follow_up = reply_copy_bias([result, {"role": "user", "content": "times it by 12"}], engine.tokenizer.encode,
                                 pieces=engine.pieces)
     assert follow_up is not None
     after_one = follow_up.apply(torch.zeros(1, vocab), [space, one, None], [2])[0]
@@ -288,10 +293,7 @@ def test_a_number_that_begins_as_none_said_is_steered_to_one_said(engine: Engine
     (a confident "2" of "squared" stays, and nothing is made surer than it was), nor inside a number."""
     vocab = engine.model.cfg.vocab_size
     space, plus, zero, one, two, three = ids(engine, " ", "+", "0", "1", "2", "3")
-    encode = engine.tokenizer.encode
-    bias = reply_copy_bias([{"role": "user", "content": "okay 32 plus zero equals what"}], encode,
-                           pieces=engine.pieces)
-    assert bias is not None
+    bias = asked(engine, "okay 32 plus zero equals what")
 
     def at_number_start(likeliest: int, left: list[int | None]) -> torch.Tensor:
         return bias.apply(sure_of(likeliest, vocab), [*left, None], [len(left)])[0]
@@ -301,9 +303,8 @@ def test_a_number_that_begins_as_none_said_is_steered_to_one_said(engine: Engine
     assert at_number_start(three, [plus, space])[zero] == 0.0  # "3" begins the 32 said
     inside = at_number_start(one, [space, three])  # after a digit: no number begins here
     assert inside[zero] == 0.0
-    squared = reply_copy_bias([{"role": "user", "content": "35 squared"}], encode, pieces=engine.pieces)
-    assert squared is not None and two in squared.number_firsts  # "squared" says 2
-    bare = reply_copy_bias([{"role": "user", "content": "okay 32 plus zero"}], encode)  # no pieces: no digits known
+    assert two in asked(engine, "35 squared").number_firsts  # "squared" says 2
+    bare = reply_copy_bias([{"role": "user", "content": "okay 32 plus zero"}], engine.tokenizer.encode)  # no digits
     assert bare is not None and bare.apply(torch.zeros(1, vocab), [plus, space, None], [2])[0, zero] == 0.0
 
 
