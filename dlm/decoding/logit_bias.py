@@ -133,9 +133,9 @@ LETTER_RUN = re.compile(r"[^\W\d_]+")  # a word's letters, without digits or mar
 class Pieces:
     """The vocabulary's tokens that the rules at a word's end need beyond the phrases' own: ``letters`` go on a
     word (they begin with a letter), ``digits`` make up a number; ``joins`` are never written twice in a row: a
-    space, or a quote with punctuation ('"}', '",'), where a parallel pass commits the same closing piece at two neighbours; the joins
-    that begin with a quote are ``closings``, which end a string. A lone quote is no join ('""' is an empty
-    string), nor are brackets or dots, which nest or run on in code an API caller may ask for."""
+    space, or a quote with punctuation ('"}', '",'), where a parallel pass commits the same closing piece at two
+    neighbours; the joins that begin with a quote are ``closings``, which end a string. A lone quote is no join
+    ('""' is an empty string), nor are brackets or dots, which nest or run on in code an API caller may ask for."""
 
     letters: frozenset[int] = frozenset()
     joins: frozenset[int] = frozenset()
@@ -177,10 +177,11 @@ class LogitBias:
     :data:`CONTEXT` tokens, a word's letters among them, were copied in a row), ``start`` to a phrase's first
     token where no phrase is being followed and one may begin (``starts``: the first tokens favoured right after
     each token that lets a phrase begin; :data:`COPY_HEAD` instead after one of ``eager_after`` where the model
-    is :data:`UNSURE` of every token), and there :data:`COPY_HEAD` to the first piece of a word whose second comes next (``heads``: first pieces keyed by the second). A number is steered toward
-    ``numbers`` (token ids), and one begun as one of those ``said`` is finished as it. Where a copied word is
-    done (its last pair in ``ends`` and in no other word) no letter of ``pieces`` goes on it and its closing
-    quotes gain ``follow``, and no join is written twice in a row."""
+    is :data:`UNSURE` of every token), and there :data:`COPY_HEAD` to the first piece of a word whose second
+    comes next (``heads``: first pieces keyed by the second). A number is steered toward ``numbers`` (token
+    ids), and one begun as one of those ``said`` is finished as it. Where a copied word is done (its last pair
+    in ``ends`` and in no other word) no letter of ``pieces`` goes on it and its closing quotes gain ``follow``,
+    and no join is written twice in a row."""
 
     follow: float = 0.0
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
