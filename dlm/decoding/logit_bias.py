@@ -284,10 +284,11 @@ class LogitBias:
             begins = self.starts.get(left, frozenset()) if left is not None else frozenset()
             pair = tuple(line[max(0, at - 2):at])
             follow = self.follow * (MID_WORD_FACTOR if pair in self.inside or self._copying_words(tail) else 1.0)
-            if said_goes_on := self._said_number_goes_on(line, at):
+            begun = self._digits_before(line, at) if self.numbers else None  # a number written so far
+            if said_goes_on := self._said_number_goes_on(begun):
                 nexts, follow = said_goes_on, self.follow * MID_WORD_FACTOR
             favoured, value = (nexts, follow) if nexts else (begins, self.start)
-            if not nexts and self._begins_unknown_number(line, at, likeliest[row]):
+            if not nexts and begun == () and self._begins_unknown_number(likeliest[row]):
                 favoured = self.number_firsts
             if not nexts and favoured and value and left in self.eager_after and _unsure(logits[row]):
                 value = COPY_HEAD  # a start where the model has no word of its own to weigh against the copy
@@ -327,6 +328,11 @@ class LogitBias:
         """The first digits of ``numbers``."""
         return frozenset(ids[0] for ids in self.numbers if ids[0] in self.pieces.digits)
 
+    @cached_property
+    def _unsaid_numbers(self) -> frozenset[tuple[int, ...]]:
+        """``numbers`` the caller did not say: an earlier result's."""
+        return self.numbers - self.said
+
     def _digits_before(self, line: list[int | None], at: int) -> tuple[int, ...] | None:
         """The digits written right before ``at`` (empty where none are), or None where what precedes them is
         masked or out of sight, so whether a number begins there is not known."""
@@ -335,18 +341,16 @@ class LogitBias:
             start -= 1
         return tuple(line[start:at]) if start > 0 and line[start - 1] is not None else None  # type: ignore[arg-type]
 
-    def _said_number_goes_on(self, line: list[int | None], at: int) -> frozenset[int]:
-        """The next digits of the numbers said that the digits before ``at`` begin, where those are no number said
-        and begin none of the other ``numbers`` (an earlier result's "1024" begins as "12" does)."""
-        begun = self._digits_before(line, at)
-        if not begun or begun in self.said or any(n[:len(begun)] == begun for n in self.numbers - self.said):
+    def _said_number_goes_on(self, begun: tuple[int, ...] | None) -> frozenset[int]:
+        """The next digits of the numbers said that ``begun``, the digits written so far, begin, where those are no
+        number said and begin none of the other ``numbers`` (an earlier result's "1024" begins as "12" does)."""
+        if not begun or begun in self.said or any(n[:len(begun)] == begun for n in self._unsaid_numbers):
             return frozenset()
         return frozenset(n[len(begun)] for n in self.said if len(n) > len(begun) and n[:len(begun)] == begun)
 
-    def _begins_unknown_number(self, line: list[int | None], at: int, likeliest: int) -> bool:
-        """Whether ``likeliest``, a digit, begins a number at ``at`` that begins as none of ``numbers`` does."""
-        return (likeliest in self.pieces.digits and likeliest not in self.number_firsts
-                and bool(self.number_firsts) and self._digits_before(line, at) == ())
+    def _begins_unknown_number(self, likeliest: int) -> bool:
+        """Whether ``likeliest``, a digit where a number begins, begins it as none of ``numbers`` does."""
+        return likeliest in self.pieces.digits and likeliest not in self.number_firsts and bool(self.number_firsts)
 
     def _copying_words(self, tail: Sequence[int | None]) -> bool:
         """Whether the :data:`CONTEXT` tokens of ``tail`` were copied in a row, a word's letters among them, and the
