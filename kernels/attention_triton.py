@@ -13,7 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
 from kernels.dispatch import sm_count
+from kernels.pdl_triton import wait_for_previous_kernel
 
 NEG_BIG = tl.constexpr(-1.0e30)  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
 LOG2E = 1.4426950408889634
@@ -56,8 +58,9 @@ def _block_partials_kernel(
     len_ptr, o_part_ptr, m_part_ptr, l_part_ptr,
     H_KV, n_rows, group, n_block, chunk, capacity, scale_log2, D,
     HAS_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
+    wait_for_previous_kernel(GDC)
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -104,10 +107,11 @@ def _block_partials_kernel(
 def _block_combine_kernel(
     o_part_ptr, m_part_ptr, l_part_ptr, out_ptr, so_b, so_n, so_h,
     H_KV, n_rows, group, n_splits, D,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     """One program per (batch, KV head, query row): the row's partial softmaxes over all splits, read as
     ``[BLOCK_S, D]`` tiles, so even a single block's few rows spread over many SMs."""
+    wait_for_previous_kernel(GDC)
     pid_bh = tl.program_id(0)
     row = tl.program_id(1)
     b = pid_bh // H_KV
@@ -237,19 +241,20 @@ def block_attention(
     m_part = torch.empty(B * h_kv * total_splits * n_rows, **f32)
     l_part = torch.empty_like(m_part)
     m_tiles = triton.cdiv(n_rows, block_m)
+    launch = pdl.launch_options(device)
     _block_partials_kernel[(B * h_kv, total_splits, m_tiles)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_cache, v_cache, *k_cache.stride()[:3], *v_cache.stride()[:3],
         k_block, v_block, *k_block.stride()[:3], *v_block.stride()[:3],
         lengths, o_part, m_part, l_part,
         h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, cap, scale * LOG2E, D,
-        HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q),
+        HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q), **launch,
     )  # fmt: skip
     out = torch.empty_like(q) if out is None else out
     _block_combine_kernel[(B * h_kv, n_rows)](
         o_part, m_part, l_part, out, out.stride(0), out.stride(1), out.stride(2),
         h_kv, n_rows, group, total_splits, D,
-        BLOCK_S=min(32, triton.next_power_of_2(total_splits)), BLOCK_D=block_d,
+        BLOCK_S=min(32, triton.next_power_of_2(total_splits)), BLOCK_D=block_d, **launch,
     )  # fmt: skip
     return out
 

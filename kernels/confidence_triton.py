@@ -14,7 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
 from kernels.dispatch import sm_count
+from kernels.pdl_triton import wait_for_previous_kernel
 
 NEG_BIG = tl.constexpr(-1.0e30)  # finite "minus infinity" for running maxima: exp(-inf - -inf) is NaN
 
@@ -37,8 +39,9 @@ def _partials_kernel(
     part_max_ptr, part_sum_ptr, part_score_ptr, part_idx_ptr, part_logit_ptr,
     N, V, chunk, inv_temp,
     HAS_MASK: tl.constexpr, NOISE: tl.constexpr, TEMPERED: tl.constexpr, LANEWISE: tl.constexpr,
-    LANE_MAX: tl.constexpr, BLOCK_V: tl.constexpr,
+    LANE_MAX: tl.constexpr, BLOCK_V: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
+    wait_for_previous_kernel(GDC)
     row = tl.program_id(0)
     split = tl.program_id(1)
     n_splits = tl.num_programs(1)
@@ -132,8 +135,9 @@ def _select_kernel(
     conf_ptr, token_ptr, count_ptr,
     N, n_splits, threshold,
     HAS_MASK: tl.constexpr, COMMIT: tl.constexpr, STRICT: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
+    wait_for_previous_kernel(GDC)
     b = tl.program_id(0)
     rn = tl.arange(0, BLOCK_N)
     rs = tl.arange(0, BLOCK_S)
@@ -236,6 +240,7 @@ def confidence_select(
     if noise and seed is None:
         raise ValueError("sampling at temperature > 0 needs a seed tensor")
     seed_arg = seed if noise else part_idx
+    launch = pdl.launch_options(device)
     _partials_kernel[(rows, n_splits)](
         logits, logits.stride(0), logits.stride(1),
         mask_u8, m_strides[0], m_strides[1],
@@ -244,7 +249,7 @@ def confidence_select(
         N, V, chunk, 1.0 / temperature if noise else 1.0,
         HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, LANEWISE=lanewise, LANE_MAX=lane_max,
         BLOCK_V=block_v,
-        num_warps=8 if block_v >= 2048 else 4,
+        num_warps=8 if block_v >= 2048 else 4, **launch,
     )  # fmt: skip
     if out is None:
         conf, token = torch.empty(B, N, **f32), torch.empty(B, N, dtype=torch.int64, device=device)
@@ -259,6 +264,6 @@ def confidence_select(
         conf, token, count if commit else token,
         N, n_splits, float(threshold),
         HAS_MASK=has_mask, COMMIT=commit, STRICT=strict,
-        BLOCK_N=triton.next_power_of_2(N), BLOCK_S=triton.next_power_of_2(n_splits),
+        BLOCK_N=triton.next_power_of_2(N), BLOCK_S=triton.next_power_of_2(n_splits), **launch,
     )  # fmt: skip
     return conf, token, count

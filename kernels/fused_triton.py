@@ -12,12 +12,16 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
+from kernels.pdl_triton import wait_for_previous_kernel
+
 
 @triton.jit
 def _add_rms_norm_kernel(
     x_ptr, sx, delta_ptr, sd, w_ptr, out_ptr, so, N, eps,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
+    wait_for_previous_kernel(GDC)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < N
@@ -32,7 +36,8 @@ def _add_rms_norm_kernel(
 
 
 @triton.jit
-def _silu_mul_kernel(gu_ptr, sg, out_ptr, so, N, BLOCK: tl.constexpr):
+def _silu_mul_kernel(gu_ptr, sg, out_ptr, so, N, BLOCK: tl.constexpr, GDC: tl.constexpr):
+    wait_for_previous_kernel(GDC)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < N
@@ -74,9 +79,10 @@ def _qk_norm_rope_kernel(
     q_ptr, sq_b, sq_t, sq_h,
     kc_ptr, skc_b, skc_t, skc_h, vc_ptr, svc_b, svc_t, svc_h,
     T, H, H_KV, HALF, eps,
-    BLOCK_H: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_HALF: tl.constexpr, NORM: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_HALF: tl.constexpr, NORM: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     """One program per token: its q heads, k heads and v heads of the fused projection, in that order."""
+    wait_for_previous_kernel(GDC)
     pid = tl.program_id(0)
     b = (pid // T).to(tl.int64)
     t = pid % T
@@ -103,7 +109,7 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps
     rows, n = x.shape
     _add_rms_norm_kernel[(rows,)](
         x, x.stride(0), delta, delta.stride(0), weight, out, out.stride(0), n, eps,
-        BLOCK=triton.next_power_of_2(n), num_warps=4 if n <= 2048 else 8,
+        BLOCK=triton.next_power_of_2(n), num_warps=4 if n <= 2048 else 8, **pdl.launch_options(x.device),
     )  # fmt: skip
 
 
@@ -111,7 +117,8 @@ def silu_mul(gate_up: torch.Tensor, out: torch.Tensor) -> None:
     """Rows of 2-D views: ``out = silu(gate_up[:, :N]) * gate_up[:, N:]``."""
     rows, n = out.shape
     block = min(2048, triton.next_power_of_2(n))
-    _silu_mul_kernel[(rows, triton.cdiv(n, block))](gate_up, gate_up.stride(0), out, out.stride(0), n, BLOCK=block)
+    _silu_mul_kernel[(rows, triton.cdiv(n, block))](gate_up, gate_up.stride(0), out, out.stride(0), n, BLOCK=block,
+                                                    **pdl.launch_options(out.device))  # fmt: skip
 
 
 def qk_norm_rope(
@@ -131,5 +138,5 @@ def qk_norm_rope(
         k_cache, *k_cache.stride()[:3], v_cache, *v_cache.stride()[:3],
         T, heads, kv_heads, half, eps,
         BLOCK_H=triton.next_power_of_2(heads), BLOCK_KV=triton.next_power_of_2(kv_heads),
-        BLOCK_HALF=triton.next_power_of_2(half), NORM=norm,
+        BLOCK_HALF=triton.next_power_of_2(half), NORM=norm, **pdl.launch_options(qkv.device),
     )  # fmt: skip

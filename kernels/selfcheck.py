@@ -298,3 +298,41 @@ def check_qk_norm_rope(
         _assert_close(got[:, written], want[:, written], ATTENTION_TOL[dtype], f"qk_norm_rope {name} cache {dtype}")
         if not torch.cat([got[:, :start], got[:, start + tokens:]], 1).isnan().all():
             raise AssertionError(f"qk_norm_rope wrote {name} cache slots outside positions {start}..{start + tokens - 1}")
+
+
+def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "cpu", *, repeats: int = 3,
+                    seed: int = 0) -> None:  # fmt: skip
+    """A layer's MLP half as a denoising pass launches it under ``programmatic_launch``: residual add + norm,
+    the gate/up product, SwiGLU, the down product (K split past 2048), each kernel waiting for the one before.
+    Every intermediate buffer is poisoned before each repeat, so a kernel that read its input before the
+    kernel writing it had finished would carry the poison to the output."""
+    import torch.nn.functional as F
+
+    from kernels import fused_triton, thin_linear_triton
+    from kernels.pdl import programmatic_launch
+
+    _triton(device)
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale).to(dtype=dtype, device=device)
+
+    rows = 16
+    x0, delta = rand(rows, hidden), rand(rows, hidden)
+    norm_weight = rand(hidden, scale=0.1) + 1.0
+    gate_up_weight, down_weight = rand(2 * inner, hidden, scale=hidden**-0.5), rand(hidden, inner, scale=inner**-0.5)
+    h = reference.add_rms_norm_ref(x0.clone(), delta, norm_weight, 1e-6)
+    want = F.linear(reference.silu_mul_ref(F.linear(h, gate_up_weight)), down_weight)
+    buffers = [torch.empty(rows, n, dtype=dtype, device=device) for n in (hidden, 2 * inner, inner, hidden)]
+    h, gate_up, act, out = buffers
+    tolerance = Tolerance(5e-2, 5e-2) if dtype != torch.float32 else Tolerance(1e-4, 1e-4)  # bf16/fp16 products
+    for _ in range(repeats):
+        x = x0.clone()
+        for buffer in buffers:
+            buffer.fill_(float("nan"))
+        with programmatic_launch():
+            fused_triton.add_rms_norm(x, delta, norm_weight, 1e-6, h)
+            thin_linear_triton.thin_linear(h, gate_up_weight, gate_up)
+            fused_triton.silu_mul(gate_up, act)
+            thin_linear_triton.thin_linear(act, down_weight, out)
+        _assert_close(out, want, tolerance, f"PDL chain {dtype}")

@@ -3,8 +3,10 @@
 A 16-token pass of a 1.7B model is bound by reading its weights, and at 16 rows cuBLAS reads them at 53-75 %
 of the H200's copy bandwidth (``latency_bench/results/gpu_check_h200_2026-12-04_run5.md``). Here each program
 streams a ``[BLOCK_N, BLOCK_K]`` strip of the weight against the whole (cached) activation, computing the
-output transposed so the weight's rows are the dot's wide side; small outputs split K across programs and a
-second launch sums the fp32 partials. A candidate: the GPU check's sweep times it against cuBLAS per shape.
+output transposed so the weight's rows are the dot's wide side; a long K is split across programs and a
+second launch sums the fp32 partials. Launched with PDL (``kernels.pdl``), a program asks L2 for its first
+``prefetch_tiles`` weight tiles before it waits for the kernel that writes its activation: the weights never
+depend on it. A candidate: the GPU check's sweep times it against cuBLAS per shape.
 """
 
 from __future__ import annotations
@@ -13,14 +15,23 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import pdl
 from kernels.attention_triton import dot_options
-from kernels.dispatch import sm_count
+from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_kernel
+
+# Launch defaults from the sweep of a 1.7B layer's products on an H200 (gpu_check_h200_2026-12-04_run7.md):
+# 64 x 128 tiles were the best or tied for q/k/v, o, gate/up and the LM head, without K splits at K = 2048;
+# down (K = 6144) was best with 4 splits, 1536 columns each.
+BLOCK_N, BLOCK_K, SPLIT_K_COLUMNS = 64, 128, 1536
+UNSPLIT_K = 2048  # the longest K read by one program
+PREFETCH_TILES = 2  # weight tiles a program asks L2 for before it waits, under PDL
 
 
 @triton.jit
 def _thin_linear_kernel(
     x_ptr, sx, w_ptr, sw, part_ptr, out_ptr, so, M, N, K, k_chunk,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
+    GDC: tl.constexpr, PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -31,6 +42,10 @@ def _thin_linear_kernel(
     m_ok = rm < M
     k_lo = split * k_chunk
     k_left = tl.minimum(k_chunk, K - k_lo)  # this split's share of K
+    if GDC and PREFETCH_LINES > 0:  # a pointer into each L2 line at the start of every row, clamped to the weight
+        lines = tl.minimum(tl.arange(0, PREFETCH_LINES) * LINE, k_left - 1)
+        prefetch_l2(w_ptr + tl.minimum(rn, N - 1).to(tl.int64)[:, None] * sw + (k_lo + lines)[None, :])
+    wait_for_previous_kernel(GDC)
     w_tile = w_ptr + rn.to(tl.int64)[:, None] * sw + (k_lo + rk)[None, :]
     x_tile = x_ptr + rm[None, :] * sx + (k_lo + rk)[:, None]
     acc = tl.zeros([BLOCK_N, 16], tl.float32)  # the output transposed: [N, M]
@@ -51,7 +66,8 @@ def _thin_linear_kernel(
 
 
 @triton.jit
-def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
+    wait_for_previous_kernel(GDC)
     rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     rm = tl.arange(0, 16)
     ok = (rm < M)[:, None] & (rn < N)[None, :]
@@ -61,23 +77,29 @@ def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: 
     tl.store(out_ptr + rm[:, None] * so + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = 32, block_k: int = 256,
-                split_k: int | None = None, num_stages: int = 4, num_warps: int = 4) -> torch.Tensor:  # fmt: skip
+def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,
+                block_k: int = BLOCK_K, split_k: int | None = None, num_stages: int = 4, num_warps: int = 4,
+                prefetch_tiles: int = PREFETCH_TILES) -> torch.Tensor:  # fmt: skip
     """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims). ``split_k``
-    None: enough K splits for about two programs per SM (one in the interpreter)."""
+    None: unsplit up to ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
     M, K = x.shape
     N = weight.shape[0]
     if split_k is None:
-        n_tiles = triton.cdiv(N, block_n)
-        split_k = max(1, min(8, 2 * sm_count(x.device) // n_tiles)) if x.device.type == "cuda" else 1
+        split_k = 1 if K <= UNSPLIT_K else triton.cdiv(K, SPLIT_K_COLUMNS)
     k_chunk = triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k
     split_k = triton.cdiv(K, k_chunk)
     part = torch.empty(split_k * 16 * N, dtype=torch.float32, device=x.device) if split_k > 1 else out
+    line = max(1, L2_LINE_BYTES // weight.element_size())
+    prefetch_lines = min(prefetch_tiles * block_k, k_chunk) // line
+    prefetch_lines = 1 << (prefetch_lines.bit_length() - 1) if prefetch_lines else 0  # a power of two for arange
+    launch = pdl.launch_options(x.device)
     _thin_linear_kernel[(triton.cdiv(N, block_n), split_k)](
         x, x.stride(0), weight, weight.stride(0), part, out, out.stride(0), M, N, K, k_chunk,
-        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), num_stages=num_stages, num_warps=num_warps,
+        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), PREFETCH_LINES=prefetch_lines, LINE=line,
+        num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     if split_k > 1:
         block = 256
-        _sum_splits_kernel[(triton.cdiv(N, block),)](part, out, out.stride(0), M, N, SPLIT=split_k, BLOCK=block)
+        _sum_splits_kernel[(triton.cdiv(N, block),)](part, out, out.stride(0), M, N, SPLIT=split_k, BLOCK=block,
+                                                     **launch)  # fmt: skip
     return out

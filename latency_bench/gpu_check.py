@@ -3,12 +3,12 @@
 Run ``latency_bench/gpu_check.sh`` on a CUDA machine (PyTorch + Triton only, < 5 minutes on an
 H200). Sections: copy bandwidth; every kernel against its reference; each kernel launched from Python
 and replayed in a graph, against its torch reference and the bandwidth or compute floor; a sweep of the
-kernels' launch parameters; the issue's model shapes (Triton with the layer steps fused and unfused,
-torch), with a profile of where a pass's time goes; the engine on the demo checkpoint, graphs off and on;
-the engine's own model at the 1.7B shape. It writes ``latency_bench/results/gpu_check_<date>.md`` and
-``.json``; ``--render JSON`` redraws a saved report's tables. ``--dry-run`` runs every section on the CPU
-with tiny shapes (Triton in its interpreter), so the script itself is tested without a GPU; its figures
-mean nothing.
+kernels' launch parameters; the issue's model shapes (Triton with cuBLAS, with the thin matrix product,
+and with that and PDL; torch), with a profile of where a pass's time goes; the engine on the demo
+checkpoint, graphs off and on; the engine's own model at the 1.7B shape. It writes
+``latency_bench/results/gpu_check_<date>.md`` and ``.json``; ``--render JSON`` redraws a saved report's
+tables. ``--dry-run`` runs every section on the CPU with tiny shapes (Triton in its interpreter), so the
+script itself is tested without a GPU; its figures mean nothing.
 
 Each section records its own failure and the run goes on, so one broken part does not hide the
 others; the exit status is non-zero if any check or section failed.
@@ -161,6 +161,8 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("qk_norm_rope fp16 prefill b2", lambda d: sc.check_qk_norm_rope(prompt, *heads, head_dim, cap, f16, d, batch=2)),
         ("rope without norm (Qwen2 layers) bf16 block", lambda d: sc.check_qk_norm_rope(
             BLOCK, *heads, head_dim, cap, bf16, d, start=cap - BLOCK, norm=False)),
+        ("PDL chain: add-norm, gate/up, SwiGLU, down bf16", lambda d: sc.check_pdl_chain(
+            hidden, 3 * hidden, bf16, d, repeats=3 if dry_run else 20)),
     ]  # fmt: skip
 
 
@@ -396,10 +398,11 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
     from latency_bench.gpu_shapes import RandomQwen3
 
     dev = plan.device
-    # the Triton path once more with the layers' small steps unfused: whether the fused kernels pay (issue 7);
-    # and with the block's matrix products on the thin kernel instead of cuBLAS (a candidate)
-    variants = [(path, True, False) for path in plan.paths]
-    variants += [("triton", False, False), ("triton", True, True)] * ("triton" in plan.paths)
+    # the Triton path once more with the block's matrix products on the thin kernel instead of cuBLAS, and once
+    # with those and every other kernel of a step launched with PDL (candidates; the unfused layer steps, timed
+    # until 2026-12-04, cost twice the fused ones: gpu_check_h200_2026-12-04_run7.md)
+    variants = [(path, False, False) for path in plan.paths]
+    variants += [("triton", True, False), ("triton", True, True)] * ("triton" in plan.paths)
     for name in plan.shapes:
         shape = _shape(name)
         model = RandomQwen3(shape, 1, max(plan.prompts) + BLOCK, dev, torch.bfloat16, plan.paths[0])
@@ -407,15 +410,15 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
         for length in plan.prompts:
             model.new_cache(1, length + BLOCK)
             prompt = torch.randint(0, shape.vocab, (1, length), device=dev)
-            for path, fuse, thin in variants:
-                model.path, model.fuse, model.thin = path, fuse, thin
+            for path, thin, pdl in variants:
+                model.path, model.thin, model.pdl = path, thin, pdl
                 report.attempt(f"{name} L={length} [{model.label}]",
                                partial(_time_block_decoding, plan, report, model, prompt, floor_ms))  # fmt: skip
         cache_len = min(plan.prompts)
         for batch in plan.batches:
             model.new_cache(batch, cache_len + BLOCK)
-            for path, fuse, thin in variants:
-                model.path, model.fuse, model.thin = path, fuse, thin
+            for path, thin, pdl in variants:
+                model.path, model.thin, model.pdl = path, thin, pdl
                 report.attempt(f"decode {name} B={batch} [{model.label}]",
                                partial(_time_decode, plan, report, model, cache_len))  # fmt: skip
         del model

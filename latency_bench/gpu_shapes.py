@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from kernels import block_attention, block_causal_attention, select_confident
 from kernels.fused import add_rms_norm, qk_norm_rope, silu_mul
 from kernels.linear import linear
+from kernels.pdl import programmatic_launch
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ class RandomQwen3:
         self, shape: Shape, batch: int, capacity: int, device: torch.device, dtype: torch.dtype, path: str
     ) -> None:
         self.shape, self.path = shape, path
-        self.fuse = True  # the layers' small steps as fused kernels; False: their plain torch expressions
         self.thin = False  # the block's matrix products on the Triton thin kernel (a candidate) instead of cuBLAS
+        self.pdl = False  # a denoising step's Triton kernels launched with PDL (kernels.pdl; a candidate)
         s = shape
         qkv_out = (s.heads + 2 * s.kv_heads) * s.head_dim
 
@@ -92,9 +93,9 @@ class RandomQwen3:
 
     @property
     def label(self) -> str:
-        """The kernel path, and whether the layer steps are fused: what a timing row is of."""
-        label = self.path if self.fuse else f"{self.path}, unfused"
-        return f"{label}, thin GEMM" if self.thin else label
+        """The kernel path, the matrix products' kernel and the launches: what a timing row is of."""
+        label = f"{self.path}, thin GEMM" if self.thin else self.path
+        return f"{label}, PDL" if self.pdl else label
 
     def weight_bytes(self) -> int:
         """Bytes a block pass must read: every layer weight plus the (tied) LM head once."""
@@ -112,7 +113,7 @@ class RandomQwen3:
 
         Each residual add is fused with the RMSNorm that follows it, so a layer is its four matrix
         products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation."""
-        s, path = self.shape, (self.path if self.fuse else "torch")  # the references are the unfused steps
+        s, path = self.shape, self.path
         h = _rms(x, self.layers[0]["in_norm"])
         for i, p in enumerate(self.layers):
             q = qk_norm_rope(self._mm(h, p["qkv"]), s.heads, s.kv_heads, p["q_norm"], p["k_norm"], EPS, cos, sin, positions,
@@ -149,6 +150,7 @@ class RandomQwen3:
         self, tokens: torch.Tensor, masked: torch.Tensor, start: torch.Tensor, threshold: float = 0.9
     ) -> torch.Tensor:
         """A full denoising step: the pass, then fused confidence selection updating the block in place."""
-        logits = self.block_logits(tokens, start)
-        _, _, count = select_confident(logits, masked, tokens, threshold, path=self.path)
+        with programmatic_launch(self.pdl):
+            logits = self.block_logits(tokens, start)
+            _, _, count = select_confident(logits, masked, tokens, threshold, path=self.path)
         return count

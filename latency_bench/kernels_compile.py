@@ -58,6 +58,8 @@ class Compiled:
     shared_bytes: int
     loop_instructions: int  # PTX instructions in the busiest block that loads from global memory (the loop)
     loop_barriers: int  # bar.sync in that block: each is a wait for every warp of the program
+    waits_for_previous: bool  # griddepcontrol.wait: the kernel takes part in programmatic dependent launch
+    l2_prefetches: int  # prefetch.global.L2 instructions: reads issued before that wait
 
 
 def loop_cost(ptx: str) -> tuple[int, int]:
@@ -76,7 +78,7 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     from triton.compiler import ASTSource
 
     kwargs = dict(kwargs)
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
     if "UPCAST" in kwargs:  # the wrappers ran on CPU tensors; compile what a GPU launch would use
         kwargs["UPCAST"] = False
         kwargs["PREC"] = "ieee" if args[0].dtype == torch.float32 else "tf32"
@@ -86,7 +88,53 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     signature = {n: "constexpr" if n in constexprs else _arg_type(values[n]) for n in names}
     t0 = time.perf_counter()
     kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
-    return Compiled(time.perf_counter() - t0, int(kernel.metadata.shared), *loop_cost(kernel.asm["ptx"]))
+    ptx = kernel.asm["ptx"]
+    return Compiled(time.perf_counter() - t0, int(kernel.metadata.shared), *loop_cost(ptx),
+                    "griddepcontrol.wait" in ptx, ptx.count("prefetch.global.L2"))  # fmt: skip
+
+
+@contextmanager
+def _programmatic_launches():
+    """The wrappers' launches as ``kernels.pdl.programmatic_launch`` makes them on a Hopper GPU."""
+    from kernels import pdl
+
+    original = pdl.launch_options
+    pdl.launch_options = lambda device: {"GDC": True, "launch_pdl": True}
+    try:
+        yield
+    finally:
+        pdl.launch_options = original
+
+
+def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None]) -> None:
+    """A bf16 1.7B denoising pass's kernels, each launched to wait for the one before."""
+    from kernels import attention_triton, confidence_triton, fused_triton, thin_linear_triton
+
+    bf16 = torch.bfloat16
+    with _programmatic_launches():
+        with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
+            x, out = torch.zeros(16, 6144, dtype=bf16), torch.zeros(16, 2048, dtype=bf16)
+            thin_linear_triton.thin_linear(x, torch.zeros(2048, 6144, dtype=bf16), out)  # down: K split, summed
+            collect("PDL thin_linear bf16 down", recs)
+        with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
+            x = torch.zeros(16, 2048, dtype=bf16)
+            fused_triton.add_rms_norm(x, x, x[0], 1e-6, x)
+            fused_triton.silu_mul(torch.zeros(16, 12288, dtype=bf16), torch.zeros(16, 6144, dtype=bf16))
+            cache = torch.zeros(1, 528, 8, 128, dtype=bf16)
+            fused_triton.qk_norm_rope(torch.zeros(1, 16, 32 * 128, dtype=bf16), 16, 8, x[0, :128], x[0, :128], 1e-6,
+                                      torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
+                                      torch.zeros(1, 16, 16, 128, dtype=bf16), cache, cache)  # fmt: skip
+            collect("PDL fused bf16", recs)
+        with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
+            q, kc = torch.zeros(1, 16, 16, 128, dtype=bf16), torch.zeros(1, 528, 8, 128, dtype=bf16)
+            attention_triton.block_attention(q, kc, kc, torch.full((1,), 512, dtype=torch.int32), None, None, 0.1,
+                                             splits=8, block_n=64)  # fmt: skip
+            collect("PDL block_attention bf16", recs)
+        with _recording(confidence_triton, ["_partials_kernel", "_select_kernel"]) as recs:
+            masked, ids = torch.ones(1, 16, dtype=torch.bool), torch.zeros(1, 16, dtype=torch.int64)
+            confidence_triton.confidence_select(torch.zeros(1, 16, 151936, dtype=bf16), masked, ids, 0.9, 0.0, None,
+                                                block_v=2048, splits=25, lanewise=True)  # fmt: skip
+            collect("PDL confidence bf16", recs)
 
 
 @contextmanager
@@ -168,6 +216,7 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             x, out = torch.zeros(16, 2048, dtype=dtype), torch.zeros(16, 4096, dtype=dtype)
             thin_linear_triton.thin_linear(x, torch.zeros(4096, 2048, dtype=dtype), out, split_k=split_k)
             collect(f"thin_linear {dtype} split_k={split_k}", recs)
+    _pass_launches_under_pdl(collect)
     return launches
 
 
@@ -183,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             c = compile_call(fn, call_args, call_kwargs, args.arch)
             if c.shared_bytes > SHARED_MEMORY_LIMIT:
                 raise RuntimeError(f"needs {c.shared_bytes} bytes of shared memory, over the {SHARED_MEMORY_LIMIT} limit")
+            pdl = f", waits for the kernel before after {c.l2_prefetches} L2 prefetches" if c.waits_for_previous else ""
             print(f"ok   {label} ({c.seconds:.1f} s, {c.shared_bytes // 1024} KiB shared, loop body "
-                  f"{c.loop_instructions} PTX instructions / {c.loop_barriers} barriers)", flush=True)  # fmt: skip
+                  f"{c.loop_instructions} PTX instructions / {c.loop_barriers} barriers{pdl})", flush=True)  # fmt: skip
         except Exception as exc:
             failures += 1
             print(f"FAIL {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

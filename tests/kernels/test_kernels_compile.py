@@ -32,3 +32,9 @@ def test_all_kernels_compile_for_hopper():
             accumulate = line.split("accumulate=")[1].split(" ")[0]
             barriers[accumulate] = int(line.split(" instructions / ")[1].split(" ")[0])
     assert barriers["lanes-max"] == 0 < barriers["lanes"] < barriers["tiles"], compiled
+    # under PDL every kernel of a pass waits for the one before, and only the thin product reads (its weights)
+    # before that wait; launched plainly, none waits
+    pdl = [line for line in compiled if line.startswith("ok   PDL ")]
+    assert len(pdl) == 9 and all("waits for the kernel before" in line for line in pdl), compiled
+    assert all(("after 0 L2 prefetches" in line) != ("_thin_linear_kernel" in line) for line in pdl), pdl
+    assert not any("waits for the kernel before" in line for line in compiled if line not in pdl), compiled

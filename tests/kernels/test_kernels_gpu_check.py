@@ -18,7 +18,7 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     kernels = {r["kernel"] for r in report["kernels"]}
     assert {"confidence", "block_attention (tensor len)", "block_causal_attention"} <= kernels
     assert {"add_rms_norm", "silu_mul", "qk_norm_rope (+ KV write)"} <= kernels
-    variants = {"triton", "torch", "triton, unfused", "triton, thin GEMM"}
+    variants = {"triton", "torch", "triton, thin GEMM", "triton, thin GEMM, PDL"}
     assert {r["path"] for r in report["models"]} == variants and {r["path"] for r in report["profiles"]} == variants
     assert all(p["kernel_launches"] > 0 and p["top"] for p in report["profiles"])
     shapes = {(r["kernel"], r["shape"]) for r in report["tuning"]}
@@ -75,9 +75,9 @@ def test_model_step_agrees_across_kernel_paths():
     model = RandomQwen3(SHAPES["tiny"], 2, 48, torch.device("cpu"), torch.float32, "torch")
     prompt = torch.randint(0, 500, (2, 24))
     logits = {}
-    for path, fuse, thin in (("torch", True, False), ("triton", True, False), ("triton", False, False),
-                             ("triton", True, True)):
-        model.path, model.fuse, model.thin = path, fuse, thin
+    for path, thin, pdl in (("torch", False, False), ("triton", False, False), ("triton", True, False),
+                            ("triton", True, True)):
+        model.path, model.thin, model.pdl = path, thin, pdl
         model.prefill(prompt, 8)
         tokens = torch.full((2, 16), 511, dtype=torch.int64)
         masked = torch.ones(2, 16, dtype=torch.bool)
@@ -86,7 +86,7 @@ def test_model_step_agrees_across_kernel_paths():
         # threshold 0 commits the whole block, each position its argmax (the pass is deterministic)
         assert count.tolist() == [16, 16] and not masked.any()
         assert torch.equal(tokens, logits[model.label].argmax(-1))
-    for label in ("triton", "triton, unfused", "triton, thin GEMM"):
+    for label in ("triton", "triton, thin GEMM", "triton, thin GEMM, PDL"):
         torch.testing.assert_close(logits[label], logits["torch"], atol=1e-4, rtol=1e-4)
     assert model.weight_bytes() == 4 * sum(
         t.numel() for t in [model.embed, model.final_norm, *(w for p in model.layers for w in p.values())]

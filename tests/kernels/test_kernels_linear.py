@@ -17,6 +17,7 @@ TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 2e-2), torch.bfl
     (5, 37, 200, {"block_n": 16, "block_k": 64}),  # nothing a multiple of its tile
     (16, 40, 300, {"block_n": 16, "block_k": 64, "split_k": 3}),  # K split across programs, partials summed
     (1, 16, 48, {"block_n": 16, "block_k": 32, "split_k": 4}),  # more splits asked for than K has tiles
+    (16, 24, 2300, {}),  # K past 2048: split by default, 1536 columns a split
 ])  # fmt: skip
 def test_thin_linear_matches_f_linear(dtype, rows, n, k, launch):
     gen = torch.Generator().manual_seed(rows * n + k)
