@@ -302,10 +302,11 @@ def check_qk_norm_rope(
 
 def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "cpu", *, repeats: int = 3,
                     seed: int = 0) -> None:  # fmt: skip
-    """A layer's MLP half as a denoising pass launches it under ``programmatic_launch``: residual add + norm,
-    the gate/up product, SwiGLU, the down product (K split past 2048), each kernel waiting for the one before.
-    Every intermediate buffer is poisoned before each repeat, so a kernel that read its input before the
-    kernel writing it had finished would carry the poison to the output."""
+    """A layer's MLP half as the thin-product pass launches it under ``programmatic_launch``: residual add +
+    norm, the gate/up product, the down product of their SwiGLU activation (K split past 2048), and the next
+    residual add + norm, each kernel waiting for the one before. Every intermediate buffer is poisoned before
+    each repeat, so a kernel that read its input before the kernel writing it had finished would carry the
+    poison to the output."""
     import torch.nn.functional as F
 
     from kernels import fused_triton, thin_linear_triton
@@ -317,22 +318,25 @@ def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "
     def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return (torch.randn(*shape, generator=gen) * scale).to(dtype=dtype, device=device)
 
-    rows = 16
+    rows, eps = 16, 1e-6
     x0, delta = rand(rows, hidden), rand(rows, hidden)
     norm_weight = rand(hidden, scale=0.1) + 1.0
     gate_up_weight, down_weight = rand(2 * inner, hidden, scale=hidden**-0.5), rand(hidden, inner, scale=inner**-0.5)
-    h = reference.add_rms_norm_ref(x0.clone(), delta, norm_weight, 1e-6)
-    want = F.linear(reference.silu_mul_ref(F.linear(h, gate_up_weight)), down_weight)
-    buffers = [torch.empty(rows, n, dtype=dtype, device=device) for n in (hidden, 2 * inner, inner, hidden)]
-    h, gate_up, act, out = buffers
+    x_want = x0.clone()
+    h = reference.add_rms_norm_ref(x_want, delta, norm_weight, eps)
+    down = F.linear(reference.silu_mul_ref(F.linear(h, gate_up_weight)), down_weight)
+    want = reference.add_rms_norm_ref(x_want, down, norm_weight, eps)
+    buffers = [torch.empty(rows, n, dtype=dtype, device=device) for n in (hidden, 2 * inner, hidden, hidden)]
+    h, gate_up, down, out = buffers
     tolerance = Tolerance(5e-2, 5e-2) if dtype != torch.float32 else Tolerance(1e-4, 1e-4)  # bf16/fp16 products
     for _ in range(repeats):
         x = x0.clone()
         for buffer in buffers:
             buffer.fill_(float("nan"))
         with programmatic_launch():
-            fused_triton.add_rms_norm(x, delta, norm_weight, 1e-6, h)
+            fused_triton.add_rms_norm(x, delta, norm_weight, eps, h)
             thin_linear_triton.thin_linear(h, gate_up_weight, gate_up)
-            fused_triton.silu_mul(gate_up, act)
-            thin_linear_triton.thin_linear(act, down_weight, out)
+            thin_linear_triton.thin_linear(gate_up, down_weight, down, gated=True)
+            fused_triton.add_rms_norm(x, down, norm_weight, eps, out)
+        _assert_close(x, x_want, tolerance, f"PDL chain residual {dtype}")
         _assert_close(out, want, tolerance, f"PDL chain {dtype}")

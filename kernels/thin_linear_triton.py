@@ -4,7 +4,9 @@ A 16-token pass of a 1.7B model is bound by reading its weights, and at 16 rows 
 of the H200's copy bandwidth (``latency_bench/results/gpu_check_h200_2026-12-04_run5.md``). Here each program
 streams a ``[BLOCK_N, BLOCK_K]`` strip of the weight against the whole (cached) activation, computing the
 output transposed so the weight's rows are the dot's wide side; a long K is split across programs and a
-second launch sums the fp32 partials. Launched with PDL (``kernels.pdl``), a program asks L2 for its first
+second launch sums the fp32 partials. ``gated``: the activation is a fused gate/up projection and the product's
+input is SwiGLU's ``silu(gate) * up``, formed tile by tile as it is read (one launch fewer per layer). Launched
+with PDL (``kernels.pdl``), a program asks L2 for its first
 ``prefetch_tiles`` weight tiles before it waits for the kernel that writes its activation: the weights never
 depend on it. A candidate: the GPU check's sweep times it against cuBLAS per shape.
 """
@@ -31,7 +33,7 @@ PREFETCH_TILES = 2  # weight tiles a program asks L2 for before it waits, under 
 def _thin_linear_kernel(
     x_ptr, sx, w_ptr, sw, part_ptr, out_ptr, so, M, N, K, k_chunk,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
-    GDC: tl.constexpr, PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
+    GATED: tl.constexpr, GDC: tl.constexpr, PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -53,6 +55,10 @@ def _thin_linear_kernel(
         k_ok = rk < k_left - i * BLOCK_K
         w = tl.load(w_tile, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         xt = tl.load(x_tile, mask=k_ok[:, None] & m_ok[None, :], other=0.0)
+        if GATED:  # up is K columns after gate; silu rounds to the dtype before the product, as silu_mul does
+            up = tl.load(x_tile + K, mask=k_ok[:, None] & m_ok[None, :], other=0.0).to(tl.float32)
+            gate = xt.to(tl.float32)
+            xt = ((gate / (1.0 + tl.exp(-gate))).to(xt.dtype).to(tl.float32) * up).to(xt.dtype)
         if UPCAST:
             w, xt = w.to(tl.float32), xt.to(tl.float32)
         acc = tl.dot(w, xt, acc, input_precision=PREC)
@@ -79,10 +85,11 @@ def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: 
 
 def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,
                 block_k: int = BLOCK_K, split_k: int | None = None, num_stages: int = 4, num_warps: int = 4,
-                prefetch_tiles: int = PREFETCH_TILES) -> torch.Tensor:  # fmt: skip
-    """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims). ``split_k``
-    None: unsplit up to ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
-    M, K = x.shape
+                prefetch_tiles: int = PREFETCH_TILES, gated: bool = False) -> torch.Tensor:  # fmt: skip
+    """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims); ``gated``: x is
+    ``[M, 2K]``, gate then up, and the input is ``silu(gate) * up``. ``split_k`` None: unsplit up to
+    ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
+    M, K = x.shape[0], weight.shape[1]
     N = weight.shape[0]
     if split_k is None:
         split_k = 1 if K <= UNSPLIT_K else triton.cdiv(K, SPLIT_K_COLUMNS)
@@ -95,8 +102,8 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     launch = pdl.launch_options(x.device)
     _thin_linear_kernel[(triton.cdiv(N, block_n), split_k)](
         x, x.stride(0), weight, weight.stride(0), part, out, out.stride(0), M, N, K, k_chunk,
-        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), PREFETCH_LINES=prefetch_lines, LINE=line,
-        num_stages=num_stages, num_warps=num_warps, **launch,
+        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), GATED=gated, PREFETCH_LINES=prefetch_lines,
+        LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     if split_k > 1:
         block = 256

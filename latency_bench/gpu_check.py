@@ -161,7 +161,7 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("qk_norm_rope fp16 prefill b2", lambda d: sc.check_qk_norm_rope(prompt, *heads, head_dim, cap, f16, d, batch=2)),
         ("rope without norm (Qwen2 layers) bf16 block", lambda d: sc.check_qk_norm_rope(
             BLOCK, *heads, head_dim, cap, bf16, d, start=cap - BLOCK, norm=False)),
-        ("PDL chain: add-norm, gate/up, SwiGLU, down bf16", lambda d: sc.check_pdl_chain(
+        ("PDL chain: add-norm, gate/up, gated down, add-norm bf16", lambda d: sc.check_pdl_chain(
             hidden, 3 * hidden, bf16, d, repeats=3 if dry_run else 20)),
     ]  # fmt: skip
 

@@ -102,9 +102,12 @@ class RandomQwen3:
         tensors = [t for p in self.layers for t in p.values()] + [self.embed, self.final_norm]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def _mm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """``x @ weight.T``: cuBLAS, or the thin kernel for a block's rows when ``thin`` is set."""
-        return linear(x, weight, path="triton") if self.thin else x @ weight.T
+    def _mm(self, x: torch.Tensor, weight: torch.Tensor, gated: bool = False) -> torch.Tensor:
+        """``x @ weight.T`` (``gated``: of SwiGLU's activation of ``x``): cuBLAS after a ``silu_mul`` launch, or
+        with ``thin`` the thin kernel for a block's rows, which forms the activation as it reads ``x``."""
+        if self.thin:
+            return linear(x, weight, path="triton", gated=gated)
+        return (silu_mul(x, path=self.path) if gated else x) @ weight.T
 
     def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                 attend: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:  # fmt: skip
@@ -112,7 +115,8 @@ class RandomQwen3:
         ``positions``; ``attend(layer, q)`` is the attention. Returns the final-normed hidden states.
 
         Each residual add is fused with the RMSNorm that follows it, so a layer is its four matrix
-        products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation."""
+        products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation
+        (inside the down product on the thin kernel)."""
         s, path = self.shape, self.path
         h = _rms(x, self.layers[0]["in_norm"])
         for i, p in enumerate(self.layers):
@@ -120,8 +124,7 @@ class RandomQwen3:
                              self.k_cache[i], self.v_cache[i], path=path)  # fmt: skip
             h = add_rms_norm(x, self._mm(attend(i, q).flatten(2), p["o"]), p["post_norm"], EPS, path=path)
             following = self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
-            h = add_rms_norm(x, self._mm(silu_mul(self._mm(h, p["gate_up"]), path=path), p["down"]), following, EPS,
-                             path=path)  # fmt: skip
+            h = add_rms_norm(x, self._mm(self._mm(h, p["gate_up"]), p["down"], gated=True), following, EPS, path=path)
         return h
 
     def prefill(self, tokens: torch.Tensor, block_size: int) -> None:

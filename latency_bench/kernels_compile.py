@@ -113,9 +113,9 @@ def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None
     bf16 = torch.bfloat16
     with _programmatic_launches():
         with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
-            x, out = torch.zeros(16, 6144, dtype=bf16), torch.zeros(16, 2048, dtype=bf16)
-            thin_linear_triton.thin_linear(x, torch.zeros(2048, 6144, dtype=bf16), out)  # down: K split, summed
-            collect("PDL thin_linear bf16 down", recs)
+            gate_up, out = torch.zeros(16, 12288, dtype=bf16), torch.zeros(16, 2048, dtype=bf16)
+            thin_linear_triton.thin_linear(gate_up, torch.zeros(2048, 6144, dtype=bf16), out, gated=True)
+            collect("PDL thin_linear bf16 gated down (K split, summed)", recs)
         with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
             x = torch.zeros(16, 2048, dtype=bf16)
             fused_triton.add_rms_norm(x, x, x[0], 1e-6, x)

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.linear import linear
+from kernels.reference import silu_mul_ref
 
 pytest.importorskip("triton")
 
@@ -30,9 +31,31 @@ def test_thin_linear_matches_f_linear(dtype, rows, n, k, launch):
     torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "n", "k", "launch"), [
+    (16, 40, 96, {"block_n": 16, "block_k": 64}),
+    (3, 24, 2300, {}),  # K split: each split reads its own gate and up columns
+])  # fmt: skip
+def test_a_gated_product_is_the_down_projection_of_swiglu(dtype, rows, n, k, launch):
+    gen = torch.Generator().manual_seed(n + k)
+    gate_up = (torch.randn(rows, 2 * k, generator=gen) * 2.0).to(dtype)
+    weight = (torch.randn(n, k, generator=gen) * 0.1).to(dtype)
+    want = F.linear(silu_mul_ref(gate_up).float(), weight.float())  # silu rounded to the dtype, as silu_mul does
+    got = linear(gate_up, weight, path="triton", gated=True, **launch)
+    # the interpreter rounds bf16 intermediates its own way: most activations differ by an ulp either way, which
+    # over K = 2300 terms adds up to about 1% of the outputs' scale (a wrong column would be all of it)
+    scale = want.abs().max().item() * (2e-2 if dtype == torch.bfloat16 else 1e-5)
+    torch.testing.assert_close(got.float(), want, atol=scale, rtol=0.0)
+    with pytest.raises(ValueError, match="gate then up"):
+        linear(gate_up[:, :k], weight, path="triton", gated=True)
+
+
 def test_many_rows_and_the_torch_path_are_f_linear():
     x, weight = torch.randn(40, 32), torch.randn(24, 32)
     torch.testing.assert_close(linear(x, weight, path="triton"), F.linear(x, weight))
     torch.testing.assert_close(linear(x[:8], weight, path="torch"), F.linear(x[:8], weight))
+    gate_up = torch.randn(40, 48)
+    torch.testing.assert_close(linear(gate_up, weight[:, :24], path="triton", gated=True),
+                               F.linear(silu_mul_ref(gate_up), weight[:, :24]))  # fmt: skip
     with pytest.raises(ValueError, match="linear"):
         linear(x, torch.randn(24, 31), path="torch")
