@@ -2,10 +2,10 @@
 
 Run ``latency_bench/gpu_check.sh`` on a CUDA machine (PyTorch + Triton only, < 5 minutes on an
 H200). Sections: copy bandwidth; every kernel against its reference; each kernel launched from Python
-and replayed in a graph, against its torch reference and the bandwidth or compute floor; a sweep of the
-kernels' launch parameters; the issue's model shapes (Triton with cuBLAS, with the thin matrix product,
-and with that and PDL; torch), with a profile of where a pass's time goes; the engine on the demo
-checkpoint, graphs off and on; the engine's own model at the 1.7B shape. It writes
+and replayed in a graph, against its torch reference and the bandwidth or compute floor; the issue's
+model shapes (Triton with cuBLAS, with the thin matrix product, and with that and PDL; torch), with a
+profile of where a pass's time goes; a sweep of the kernels' launch parameters; the engine's own model at
+the 1.7B shape; the engine on the demo checkpoint, graphs off and on. It writes
 ``latency_bench/results/gpu_check_<date>.md`` and ``.json``; ``--render JSON`` redraws a saved report's
 tables. ``--dry-run`` runs every section on the CPU with tiny shapes (Triton in its interpreter), so the
 script itself is tested without a GPU; its figures mean nothing.
@@ -610,10 +610,13 @@ def main(argv: list[str] | None = None) -> int:
         ("copy bandwidth", measure_bandwidth),
         ("correctness", partial(run_correctness, plan, report)),
         ("kernel timings", lambda: run_kernel_timings(plan, report, bandwidth["gbs"])),
-        ("tuning sweep", partial(run_tuning, plan, report)),
     ]
+    # the model shapes (the issue's goals, and the candidates' passes) before the long tuning sweep: the results
+    # are written after every section, so a run cut short by its time limit still has them
     if not args.skip_models:
         sections.append(("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"])))
+    sections.append(("tuning sweep", partial(run_tuning, plan, report)))
+    if not args.skip_models:
         sections.append(("engine model at scale", partial(run_engine_at_scale, plan, report)))
         missing = missing_engine_packages()
         if missing:
