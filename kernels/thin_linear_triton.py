@@ -6,9 +6,9 @@ streams a ``[BLOCK_N, BLOCK_K]`` strip of the weight against the whole (cached) 
 output transposed so the weight's rows are the dot's wide side; a long K is split across programs and a
 second launch sums the fp32 partials. ``gated``: the activation is a fused gate/up projection and the product's
 input is SwiGLU's ``silu(gate) * up``, formed tile by tile as it is read (one launch fewer per layer). Launched
-with PDL (``kernels.pdl``), a program asks L2 for its first
-``prefetch_tiles`` weight tiles before it waits for the kernel that writes its activation: the weights never
-depend on it. A candidate: the GPU check's sweep times it against cuBLAS per shape.
+with PDL (``kernels.pdl``), a program asks L2 for the start of its weight strip before it waits for the
+kernel that writes its activation: the weights never depend on it. A candidate: the GPU check's sweep times
+it against cuBLAS per shape.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import triton.language as tl
 
 from kernels import pdl
 from kernels.attention_triton import dot_options
+from kernels.dispatch import sm_count
 from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_kernel
 
 # Launch defaults from the sweep of a 1.7B layer's products on an H200 (gpu_check_h200_2026-12-04_run7.md):
@@ -26,7 +27,10 @@ from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_ker
 # down (K = 6144) was best with 4 splits, 1536 columns each.
 BLOCK_N, BLOCK_K, SPLIT_K_COLUMNS = 64, 128, 1536
 UNSPLIT_K = 2048  # the longest K read by one program
-PREFETCH_TILES = 2  # weight tiles a program asks L2 for before it waits, under PDL
+# Under PDL, the weight bytes a product's programs ask L2 for before they wait, all together: a sixth of an
+# H100's or H200's 50 MB L2 (a guess until the GPU check's sweep times 0 to 32 MB). For a 1.7B layer that is
+# all of the o product's weight, half of q/k/v's, and the first 2 of 16 K tiles of each gate/up strip.
+PREFETCH_BYTES = 8 << 20
 
 
 @triton.jit
@@ -85,7 +89,7 @@ def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: 
 
 def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,
                 block_k: int = BLOCK_K, split_k: int | None = None, num_stages: int = 4, num_warps: int = 4,
-                prefetch_tiles: int = PREFETCH_TILES, gated: bool = False) -> torch.Tensor:  # fmt: skip
+                prefetch_bytes: int = PREFETCH_BYTES, gated: bool = False) -> torch.Tensor:  # fmt: skip
     """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims); ``gated``: x is
     ``[M, 2K]``, gate then up, and the input is ``silu(gate) * up``. ``split_k`` None: unsplit up to
     ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
@@ -96,17 +100,26 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     k_chunk = triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k
     split_k = triton.cdiv(K, k_chunk)
     part = torch.empty(split_k * 16 * N, dtype=torch.float32, device=x.device) if split_k > 1 else out
-    line = max(1, L2_LINE_BYTES // weight.element_size())
-    prefetch_lines = min(prefetch_tiles * block_k, k_chunk) // line
-    prefetch_lines = 1 << (prefetch_lines.bit_length() - 1) if prefetch_lines else 0  # a power of two for arange
+    grid = (triton.cdiv(N, block_n), split_k)
     launch = pdl.launch_options(x.device)
-    _thin_linear_kernel[(triton.cdiv(N, block_n), split_k)](
+    line = max(1, L2_LINE_BYTES // weight.element_size())
+    prefetch_lines = _prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
+    _thin_linear_kernel[grid](
         x, x.stride(0), weight, weight.stride(0), part, out, out.stride(0), M, N, K, k_chunk,
-        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), GATED=gated, PREFETCH_LINES=prefetch_lines,
-        LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
+        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), GATED=gated,
+        PREFETCH_LINES=prefetch_lines if launch["GDC"] else 0, LINE=line, num_stages=num_stages, num_warps=num_warps,
+        **launch,
     )  # fmt: skip
     if split_k > 1:
         block = 256
         _sum_splits_kernel[(triton.cdiv(N, block),)](part, out, out.stride(0), M, N, SPLIT=split_k, BLOCK=block,
                                                      **launch)  # fmt: skip
     return out
+
+
+def _prefetch_lines(budget: int, programs: int, block_n: int, strip_lines: int, device: torch.device) -> int:
+    """L2 lines of each weight row a program asks for before it waits: its share of ``budget`` bytes among the
+    programs that run at once (about two per SM), at most its whole strip, rounded down to a power of two."""
+    at_once = min(programs, 2 * sm_count(device)) if device.type == "cuda" else programs
+    lines = min(budget // (at_once * block_n * L2_LINE_BYTES), strip_lines)
+    return 1 << (lines.bit_length() - 1) if lines > 0 else 0

@@ -394,6 +394,27 @@ def _time_decode(plan: Plan, report: Report, model, cache_len: int) -> None:
           flush=True)  # fmt: skip
 
 
+PREFETCH_BUDGETS_MB = (0, 2, 32)  # around the thin kernel's default (kernels.thin_linear_triton.PREFETCH_BYTES)
+
+
+def _time_prefetch_budgets(plan: Plan, report: Report, model, length: int) -> None:
+    """The thin-product pass under PDL with other L2 prefetch budgets than the default: a tuning row each."""
+    from kernels.thin_linear_triton import PREFETCH_BYTES
+    from latency_bench.gpu_tuning import mark_best
+    from latency_bench.kernels_timing import time_ms
+
+    model.path, model.thin, model.pdl = "triton", True, True
+    rows = []
+    for budget in (None, *PREFETCH_BUDGETS_MB):
+        model.thin_launch = {} if budget is None else {"prefetch_bytes": budget << 20}
+        runner = _BlockRunner(model, length)
+        rows.append({"kernel": "model pass (thin GEMM, PDL)", "shape": f"{model.shape.name} L={length}",
+                     "params": f"auto (prefetch {PREFETCH_BYTES >> 20} MB)" if budget is None else f"prefetch {budget} MB",
+                     "ms": round(time_ms(runner.one_pass, plan.device, plan.warmup, plan.reps), 4)})  # fmt: skip
+    model.thin_launch = {}
+    report.tuning.extend(mark_best(rows))
+
+
 def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
     from latency_bench.gpu_shapes import RandomQwen3
 
@@ -414,6 +435,9 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
                 model.path, model.thin, model.pdl = path, thin, pdl
                 report.attempt(f"{name} L={length} [{model.label}]",
                                partial(_time_block_decoding, plan, report, model, prompt, floor_ms))  # fmt: skip
+            if name == plan.shapes[-1] and length == min(plan.prompts) and "triton" in plan.paths:
+                report.attempt(f"{name} L={length} prefetch budgets",
+                               partial(_time_prefetch_budgets, plan, report, model, length))  # fmt: skip
         cache_len = min(plan.prompts)
         for batch in plan.batches:
             model.new_cache(batch, cache_len + BLOCK)

@@ -56,6 +56,7 @@ class RandomQwen3:
         self.shape, self.path = shape, path
         self.thin = False  # the block's matrix products on the Triton thin kernel (a candidate) instead of cuBLAS
         self.pdl = False  # a denoising step's Triton kernels launched with PDL (kernels.pdl; a candidate)
+        self.thin_launch: dict[str, int] = {}  # the thin kernel's launch parameters, for the GPU check's sweeps
         s = shape
         qkv_out = (s.heads + 2 * s.kv_heads) * s.head_dim
 
@@ -106,7 +107,7 @@ class RandomQwen3:
         """``x @ weight.T`` (``gated``: of SwiGLU's activation of ``x``): cuBLAS after a ``silu_mul`` launch, or
         with ``thin`` the thin kernel for a block's rows, which forms the activation as it reads ``x``."""
         if self.thin:
-            return linear(x, weight, path="triton", gated=gated)
+            return linear(x, weight, path="triton", gated=gated, **self.thin_launch)
         return (silu_mul(x, path=self.path) if gated else x) @ weight.T
 
     def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,

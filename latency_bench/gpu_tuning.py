@@ -23,7 +23,7 @@ def _device_ms(fn: Callable[[], object], device: torch.device) -> float:
     return graphed if graphed is not None else time_ms(fn, device, 1, 1)
 
 
-def _mark_best(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+def mark_best(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """Flag the fastest variant of each shape, and how the default compares with it."""
     for shape in {r["shape"] for r in rows}:
         group = [r for r in rows if r["shape"] == shape]
@@ -55,7 +55,7 @@ def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...])
             params += " lanewise" * bool(lanewise) + " max" * lane_max
             rows.append({"kernel": "confidence", "shape": f"{batch}x16x{vocab}", "params": params,
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
-    return _mark_best(rows)
+    return mark_best(rows)
 
 
 def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_dim: int,
@@ -74,7 +74,7 @@ def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_
             params = "auto" if block_n is None else f"block_n={block_n} splits={splits or 'auto'}"
             rows.append({"kernel": "block_attention", "shape": f"B{batch} 16q over {cap} keys", "params": params,
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
-    return _mark_best(rows)
+    return mark_best(rows)
 
 
 def thin_linear_sweep(device: torch.device, shape: Shape) -> list[dict[str, object]]:
@@ -86,7 +86,9 @@ def thin_linear_sweep(device: torch.device, shape: Shape) -> list[dict[str, obje
     products = {"qkv": ((s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden), "o": (s.hidden, s.heads * s.head_dim),
                 "gate_up": (2 * s.intermediate, s.hidden), "down": (s.hidden, s.intermediate),
                 "lm_head": (s.vocab, s.hidden)}  # fmt: skip
-    grid = [(16, 64, 2)] if device.type == "cpu" else list(itertools.product((16, 32, 64), (128, 256), (1, 2, 4, 8)))
+    # around the kernel's defaults (64 x 128, K split past 2048), which the 2026-12-04 sweep of 16 to 64 x 128 to
+    # 256 x 1 to 8 splits chose
+    grid = [(16, 64, 2)] if device.type == "cpu" else list(itertools.product((32, 64), (128, 256), (1, 2, 4)))
     rows = []
     for name, (n, k) in products.items():
         x = torch.randn(16, k, device=device).to(torch.bfloat16)
@@ -99,4 +101,4 @@ def thin_linear_sweep(device: torch.device, shape: Shape) -> list[dict[str, obje
             rows.append({"kernel": "linear", "shape": label,
                          "params": f"thin block_n={block_n} block_k={block_k} split_k={split_k}",
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
-    return _mark_best(rows)
+    return mark_best(rows)

@@ -25,6 +25,8 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert sum(r["best"] for r in report["tuning"]) == len(shapes) and any(r["params"] == "auto" for r in report["tuning"])
     assert {r["shape"].split()[0] for r in report["tuning"] if r["kernel"] == "linear"} == {
         "qkv", "o", "gate_up", "down", "lm_head"}
+    assert {r["params"] for r in report["tuning"] if r["kernel"] == "model pass (thin GEMM, PDL)"} == {
+        "auto (prefetch 8 MB)", "prefetch 0 MB", "prefetch 2 MB", "prefetch 32 MB"}
     assert {r["batch"] for r in report["decode"]} == {1, 2}
     assert all(r["pass_ms"] > 0 for r in report["models"] + report["decode"])
     assert [(r["cuda_graphs"], r["kernels"]) for r in report["engine"]] == [
