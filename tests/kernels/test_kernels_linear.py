@@ -29,6 +29,11 @@ def test_thin_linear_matches_f_linear(dtype, rows, n, k, launch):
     assert got.shape == (1, rows, n) and got.dtype == dtype
     atol, rtol = TOLERANCE[dtype]
     torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol)
+    from kernels import thin_linear_triton
+
+    poisoned = torch.full((rows, n), float("nan"), dtype=dtype)  # every element must be written
+    thin_linear_triton.thin_linear(x[0], weight, poisoned, **launch)
+    torch.testing.assert_close(poisoned, got[0], atol=0.0, rtol=0.0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
