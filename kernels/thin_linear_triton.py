@@ -103,12 +103,12 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     grid = (triton.cdiv(N, block_n), split_k)
     launch = pdl.launch_options(x.device)
     line = max(1, L2_LINE_BYTES // weight.element_size())
-    prefetch_lines = _prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
+    prefetch_lines = (_prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
+                      if launch["GDC"] else 0)  # fmt: skip
     _thin_linear_kernel[grid](
         x, x.stride(0), weight, weight.stride(0), part, out, out.stride(0), M, N, K, k_chunk,
         BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), GATED=gated,
-        PREFETCH_LINES=prefetch_lines if launch["GDC"] else 0, LINE=line, num_stages=num_stages, num_warps=num_warps,
-        **launch,
+        PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     if split_k > 1:
         block = 256
