@@ -3,8 +3,9 @@
 The CPU interpreter runs kernels as Python, so it accepts code the real compiler rejects (a
 non-constexpr global, a loop-carried type change, an unsupported dot). This runs the real host
 wrappers on CPU tensors with each kernel replaced by a recorder, then compiles each recorded
-launch ahead of time for ``sm_90`` down to a cubin (Triton ships ptxas). Run it in a process
-*without* ``TRITON_INTERPRET``: ``python -m latency_bench.kernels_compile``.
+launch ahead of time for ``sm_90`` down to a cubin (Triton ships ptxas), with the divisibility a launch
+specializes, so its shared memory and loop cost are the device's. Run it in a process *without*
+``TRITON_INTERPRET``: ``python -m latency_bench.kernels_compile``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def _arg_type(value: object) -> str:
     raise TypeError(f"no Triton type for {type(value).__name__}")
 
 
+def _divisible(value: object) -> bool:
+    """Whether a launch would specialize this argument as divisible by 16, as Triton's JIT does for pointers
+    16-byte aligned and integers that are multiples of 16: it is what lets a load be vectorized."""
+    if isinstance(value, torch.Tensor):
+        return value.data_ptr() % 16 == 0
+    return isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0
+
+
 SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90 (H100/H200)
 
 
@@ -86,8 +95,10 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     values = dict(zip(names, args, strict=False)) | kwargs
     constexprs = {p.name: values[p.name] for p in fn.params if p.is_constexpr}
     signature = {n: "constexpr" if n in constexprs else _arg_type(values[n]) for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n not in constexprs and _divisible(values[n])}
     t0 = time.perf_counter()
-    kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
+    kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
+                            options=options)  # fmt: skip
     ptx = kernel.asm["ptx"]
     return Compiled(time.perf_counter() - t0, int(kernel.metadata.shared), *loop_cost(ptx),
                     "griddepcontrol.wait" in ptx, ptx.count("prefetch.global.L2"))  # fmt: skip
