@@ -96,11 +96,15 @@ def _partials_kernel(
             score = (x if TEMPERED else x * inv_temp) - tl.log(-tl.log(u))
         else:
             score = x
-        if LANEWISE:
-            better_lanes = score > best_lanes  # strict: within a lane, earlier tiles win ties
-            best_lanes = tl.where(better_lanes, score, best_lanes)
-            logit_lanes = tl.where(better_lanes, x, logit_lanes)
-            idx_lanes = tl.where(better_lanes, offs, idx_lanes)
+        if LANEWISE:  # a lane keeps the start of the tile its best came from, and adds its own column at the end
+            if LANE_MAX and not NOISE:
+                idx_lanes = tl.where(rises, start, idx_lanes)  # the lane's max is its best logit: nothing more
+            else:
+                better_lanes = score > best_lanes  # strict: within a lane, earlier tiles win ties
+                best_lanes = tl.where(better_lanes, score, best_lanes)
+                if NOISE:  # else the best score is the best logit
+                    logit_lanes = tl.where(better_lanes, x, logit_lanes)
+                idx_lanes = tl.where(better_lanes, start, idx_lanes)
         else:
             tile_best, tile_arg = tl.max(score, 0, return_indices=True, return_indices_tie_break_left=True)
             tile_logit = tl.sum(tl.where(cols == tile_arg, x, 0.0), 0) if NOISE else tile_best
@@ -114,6 +118,11 @@ def _partials_kernel(
     elif LANEWISE:
         run_sum = tl.sum(sum_lanes, 0)
     if LANEWISE:
+        if LANE_MAX and not NOISE:  # a lane that saw no logit keeps the -inf best of one that saw none
+            best_lanes = tl.where(max_lanes > NEG_BIG, max_lanes, float("-inf"))
+        if not NOISE:
+            logit_lanes = best_lanes
+        idx_lanes += cols
         best_score = tl.max(best_lanes, 0)
         # lanes hold distinct vocabulary ids: among the tied best, the lowest id (torch.argmax's rule)
         best_idx = tl.min(tl.where(best_lanes == best_score, idx_lanes, 2147483647), 0)
