@@ -65,19 +65,20 @@ SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90 (H100/H200)
 class Compiled:
     seconds: float
     shared_bytes: int
-    loop_instructions: int  # PTX instructions in the busiest block that loads from global memory (the loop)
-    loop_barriers: int  # bar.sync in that block: each is a wait for every warp of the program
+    loop_instructions: int  # SASS instructions in the busiest block that loads from global memory (the loop)
+    loop_barriers: int  # BAR.SYNC in that block: each is a wait for every warp of the program
     waits_for_previous: bool  # griddepcontrol.wait: the kernel takes part in programmatic dependent launch
     l2_prefetches: int  # prefetch.global.L2 instructions: reads issued before that wait
 
 
-def loop_cost(ptx: str) -> tuple[int, int]:
-    """Instructions and barriers of the largest PTX basic block with a global load: a streaming kernel's loop
-    body, a static cost to compare variants by when no GPU can time them."""
-    blocks = re.split(r"\n\$L__BB\d+_\d+:", ptx)
-    loads = [b for b in blocks if "ld.global" in b] or [ptx]
+def loop_cost(sass: str) -> tuple[int, int]:
+    """Instructions and barriers of the largest SASS basic block with a global load: a streaming kernel's loop
+    body as the GPU issues it (after ptxas, which expands some PTX instructions into several), a static cost to
+    compare variants by when no GPU can time them."""
+    blocks = re.split(r"\n[\w.$]+:\n", sass)
+    loads = [b for b in blocks if "LDG" in b] or [sass]
     body = max(loads, key=lambda b: b.count(";"))
-    return body.count(";"), body.count("bar.sync")
+    return body.count(";"), len(re.findall(r"\bBAR\.SYNC", body))
 
 
 def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
@@ -85,12 +86,15 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.tools.disasm import get_sass
 
     kwargs = dict(kwargs)
     options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
     if "UPCAST" in kwargs:  # the wrappers ran on CPU tensors; compile what a GPU launch would use
         kwargs["UPCAST"] = False
         kwargs["PREC"] = "ieee" if args[0].dtype == torch.float32 else "tf32"
+    if "FAST_EXP" in kwargs:  # likewise: inline PTX on a GPU
+        kwargs["FAST_EXP"] = True
     names = fn.arg_names
     values = dict(zip(names, args, strict=False)) | kwargs
     constexprs = {p.name: values[p.name] for p in fn.params if p.is_constexpr}
@@ -99,8 +103,9 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     t0 = time.perf_counter()
     kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
                             options=options)  # fmt: skip
+    seconds = time.perf_counter() - t0
     ptx = kernel.asm["ptx"]
-    return Compiled(time.perf_counter() - t0, int(kernel.metadata.shared), *loop_cost(ptx),
+    return Compiled(seconds, int(kernel.metadata.shared), *loop_cost(get_sass(kernel.asm["cubin"])),
                     "griddepcontrol.wait" in ptx, ptx.count("prefetch.global.L2"))  # fmt: skip
 
 
@@ -245,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"needs {c.shared_bytes} bytes of shared memory, over the {SHARED_MEMORY_LIMIT} limit")
             pdl = f", waits for the kernel before after {c.l2_prefetches} L2 prefetches" if c.waits_for_previous else ""
             print(f"ok   {label} ({c.seconds:.1f} s, {c.shared_bytes // 1024} KiB shared, loop body "
-                  f"{c.loop_instructions} PTX instructions / {c.loop_barriers} barriers{pdl})", flush=True)  # fmt: skip
+                  f"{c.loop_instructions} SASS instructions / {c.loop_barriers} barriers{pdl})", flush=True)  # fmt: skip
         except Exception as exc:
             failures += 1
             print(f"FAIL {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

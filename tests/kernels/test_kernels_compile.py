@@ -26,12 +26,15 @@ def test_all_kernels_compile_for_hopper():
     assert len(compiled) >= 15, proc.stdout
     # the confidence kernel's per-lane candidates exist to cut the per-tile reductions: their loops wait less,
     # and with per-lane maxima the loop has no barrier at all
-    barriers = {}
+    # (SASS as the GPU issues it), and each issues fewer instructions a tile
+    barriers, instructions = {}, {}
     for line in compiled:
         if "_partials_kernel" in line and "bfloat16 T=0.0" in line:
             accumulate = line.split("accumulate=")[1].split(" ")[0]
             barriers[accumulate] = int(line.split(" instructions / ")[1].split(" ")[0])
+            instructions[accumulate] = int(line.split(" SASS instructions")[0].split(" ")[-1])
     assert barriers["lanes-max"] == 0 < barriers["lanes"] < barriers["tiles"], compiled
+    assert instructions["lanes-max"] < instructions["lanes"] < instructions["tiles"], compiled
     # under PDL every kernel of a pass waits for the one before, and only the thin product reads (its weights)
     # before that wait; launched plainly, none waits
     pdl = [line for line in compiled if line.startswith("ok   PDL ")]
