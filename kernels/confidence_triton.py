@@ -19,20 +19,10 @@ from kernels.dispatch import sm_count
 from kernels.pdl_triton import wait_for_previous_kernel
 
 NEG_BIG = tl.constexpr(-1.0e30)  # finite "minus infinity" for running maxima: exp(-inf - -inf) is NaN
+# The loop's exponentials are tl.exp2 of x * LOG2E: one ex2.approx.ftz each, where tl.exp compiles to
+# ex2.approx.f32, which ptxas guards against a denormal result with a compare and two multiplies (a fifth of
+# the loop's SASS; a term under 1e-38 of a sum that holds a 1 changes no confidence).
 LOG2E = tl.constexpr(1.4426950408889634)
-
-
-@triton.jit
-def _exp(x, FAST_EXP: tl.constexpr):
-    """e**x for the streaming loop. ``FAST_EXP`` (compiled on a GPU): one ``ex2.approx.ftz`` an element, where
-    ``tl.exp`` also guards a denormal result with a compare and two multiplies, a fifth of the loop's
-    instructions (``latency_bench.kernels_compile``). A flushed term is under 1e-38 of a sum that holds a 1,
-    so no confidence changes. The interpreter runs no inline PTX: ``tl.exp`` there."""
-    if FAST_EXP:
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * LOG2E], dtype=tl.float32,
-                                         is_pure=True, pack=1)  # fmt: skip
-    else:
-        return tl.exp(x)
 
 
 @triton.jit
@@ -53,7 +43,7 @@ def _partials_kernel(
     part_max_ptr, part_sum_ptr, part_score_ptr, part_idx_ptr, part_logit_ptr,
     N, V, chunk, inv_temp,
     HAS_MASK: tl.constexpr, NOISE: tl.constexpr, TEMPERED: tl.constexpr, LANEWISE: tl.constexpr,
-    LANE_MAX: tl.constexpr, BLOCK_V: tl.constexpr, FAST_EXP: tl.constexpr, GDC: tl.constexpr,
+    LANE_MAX: tl.constexpr, BLOCK_V: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     wait_for_previous_kernel(GDC)
     row = tl.program_id(0)
@@ -92,16 +82,16 @@ def _partials_kernel(
             x = x * inv_temp
         if LANE_MAX:
             above = x - max_lanes
-            factor = _exp(-tl.abs(above), FAST_EXP)
+            factor = tl.exp2(-tl.abs(above) * LOG2E)
             rises = above > 0.0
             sum_lanes = tl.where(rises, sum_lanes * factor + 1.0, sum_lanes + factor)
             max_lanes = tl.where(rises, x, max_lanes)
         else:
             new_max = tl.maximum(run_max, tl.max(x, 0))
             if LANEWISE:
-                sum_lanes = sum_lanes * tl.exp(run_max - new_max) + _exp(x - new_max, FAST_EXP)
+                sum_lanes = sum_lanes * tl.exp(run_max - new_max) + tl.exp2((x - new_max) * LOG2E)
             else:
-                run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(_exp(x - new_max, FAST_EXP), 0)
+                run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp2((x - new_max) * LOG2E), 0)
             run_max = new_max
         if NOISE:
             counter = (row.to(tl.int64) * V + offs).to(tl.uint32)
@@ -271,7 +261,7 @@ def confidence_select(
         part_max, part_sum, part_score, part_idx, part_logit,
         N, V, chunk, 1.0 / temperature if noise else 1.0,
         HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, LANEWISE=lanewise, LANE_MAX=lane_max,
-        BLOCK_V=block_v, FAST_EXP=device.type == "cuda",
+        BLOCK_V=block_v,
         num_warps=8 if block_v >= 2048 else 4, **launch,
     )  # fmt: skip
     if out is None:

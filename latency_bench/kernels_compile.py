@@ -93,8 +93,6 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     if "UPCAST" in kwargs:  # the wrappers ran on CPU tensors; compile what a GPU launch would use
         kwargs["UPCAST"] = False
         kwargs["PREC"] = "ieee" if args[0].dtype == torch.float32 else "tf32"
-    if "FAST_EXP" in kwargs:  # likewise: inline PTX on a GPU
-        kwargs["FAST_EXP"] = True
     names = fn.arg_names
     values = dict(zip(names, args, strict=False)) | kwargs
     constexprs = {p.name: values[p.name] for p in fn.params if p.is_constexpr}
