@@ -120,6 +120,51 @@ def _programmatic_launches():
         pdl.launch_options = original
 
 
+def _confidence_launch(dtype: torch.dtype, temperature: float, commit: bool, accumulation: dict[str, bool]) -> str:
+    """Fused confidence selection over two 16-token blocks of a 151,936-token vocabulary; returns its label."""
+    from kernels import confidence_triton
+
+    logits = torch.zeros(2, 16, 151936, dtype=dtype)
+    masked, ids = torch.ones(2, 16, dtype=torch.bool), torch.zeros(2, 16, dtype=torch.int64)
+    confidence_triton.confidence_select(logits, masked, ids if commit else None, 0.9, temperature,
+                                        torch.tensor([1], dtype=torch.int64), block_v=2048, splits=25,
+                                        **accumulation)  # fmt: skip
+    name = "lanes-max" if accumulation.get("lane_max") else "lanes" if accumulation["lanewise"] else "tiles"
+    return f"confidence {dtype} T={temperature} commit={commit} accumulate={name}"
+
+
+def _block_attention_launch(dtype: torch.dtype, head_dim: int, with_block: bool) -> str:
+    """A 16-token block's attention over 512 cached keys (16 / 8 heads); returns its label."""
+    from kernels import attention_triton
+
+    q = torch.zeros(1, 16, 16, head_dim, dtype=dtype)
+    kc = torch.zeros(1, 528, 8, head_dim, dtype=dtype)
+    kb = torch.zeros(1, 16, 8, head_dim, dtype=dtype) if with_block else None
+    lengths = torch.full((1,), 512, dtype=torch.int32)
+    attention_triton.block_attention(q, kc, kc, lengths, kb, kb, 0.1, splits=8, block_n=64)
+    return f"block_attention {dtype} D={head_dim} block={with_block}"
+
+
+def _layer_step_launches(dtype: torch.dtype) -> None:
+    """A 1.7B layer's residual add + RMSNorm and SwiGLU activation at a 16-token block."""
+    from kernels import fused_triton
+
+    x = torch.zeros(16, 2048, dtype=dtype)
+    fused_triton.add_rms_norm(x, x, torch.ones(2048, dtype=dtype), 1e-6, x)
+    fused_triton.silu_mul(torch.zeros(16, 12288, dtype=dtype), torch.zeros(16, 6144, dtype=dtype))
+
+
+def _qk_norm_rope_launch(dtype: torch.dtype, norm: bool) -> None:
+    """A 16-token block's q/k norm (``norm``) + RoPE + KV write, 16 / 8 heads of 128."""
+    from kernels import fused_triton
+
+    weight = torch.ones(128, dtype=dtype) if norm else None
+    cache = torch.zeros(1, 528, 8, 128, dtype=dtype)
+    fused_triton.qk_norm_rope(torch.zeros(1, 16, 32 * 128, dtype=dtype), 16, 8, weight, weight, 1e-6,
+                              torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
+                              torch.zeros(1, 16, 16, 128, dtype=dtype), cache, cache)  # fmt: skip
+
+
 def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None]) -> None:
     """A bf16 1.7B denoising pass's kernels, each launched to wait for the one before."""
     from kernels import attention_triton, confidence_triton, fused_triton, thin_linear_triton
@@ -131,23 +176,14 @@ def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None
             thin_linear_triton.thin_linear(gate_up, torch.zeros(2048, 6144, dtype=bf16), out, gated=True)
             collect("PDL thin_linear bf16 gated down (K split, summed)", recs)
         with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
-            x = torch.zeros(16, 2048, dtype=bf16)
-            fused_triton.add_rms_norm(x, x, x[0], 1e-6, x)
-            fused_triton.silu_mul(torch.zeros(16, 12288, dtype=bf16), torch.zeros(16, 6144, dtype=bf16))
-            cache = torch.zeros(1, 528, 8, 128, dtype=bf16)
-            fused_triton.qk_norm_rope(torch.zeros(1, 16, 32 * 128, dtype=bf16), 16, 8, x[0, :128], x[0, :128], 1e-6,
-                                      torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
-                                      torch.zeros(1, 16, 16, 128, dtype=bf16), cache, cache)  # fmt: skip
+            _layer_step_launches(bf16)
+            _qk_norm_rope_launch(bf16, norm=True)
             collect("PDL fused bf16", recs)
         with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
-            q, kc = torch.zeros(1, 16, 16, 128, dtype=bf16), torch.zeros(1, 528, 8, 128, dtype=bf16)
-            attention_triton.block_attention(q, kc, kc, torch.full((1,), 512, dtype=torch.int32), None, None, 0.1,
-                                             splits=8, block_n=64)  # fmt: skip
+            _block_attention_launch(bf16, 128, with_block=False)
             collect("PDL block_attention bf16", recs)
         with _recording(confidence_triton, ["_partials_kernel", "_select_kernel"]) as recs:
-            masked, ids = torch.ones(1, 16, dtype=torch.bool), torch.zeros(1, 16, dtype=torch.int64)
-            confidence_triton.confidence_select(torch.zeros(1, 16, 151936, dtype=bf16), masked, ids, 0.9, 0.0, None,
-                                                block_v=2048, splits=25, lanewise=True)  # fmt: skip
+            _confidence_launch(bf16, 0.0, True, {"lanewise": True})
             collect("PDL confidence bf16", recs)
 
 
@@ -175,28 +211,17 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             launches.extend((f"{label} {name}", rec.fn, a, k) for a, k in rec.calls)
             rec.calls.clear()
 
-    seed = torch.tensor([1], dtype=torch.int64)
     with _recording(confidence_triton, ["_partials_kernel", "_select_kernel"]) as recs:
         tiles, lanes, lanes_max = {"lanewise": False}, {"lanewise": True}, {"lanewise": True, "lane_max": True}
         for dtype, temperature, commit, accumulation in [
                 (torch.bfloat16, 0.0, True, tiles), (torch.float16, 0.8, True, tiles), (torch.float32, 0.0, False, tiles),
                 (torch.bfloat16, 0.0, True, lanes), (torch.float32, 0.8, False, lanes),
                 (torch.bfloat16, 0.0, True, lanes_max), (torch.float32, 0.8, False, lanes_max)]:  # fmt: skip
-            logits = torch.zeros(2, 16, 151936, dtype=dtype)
-            masked, ids = torch.ones(2, 16, dtype=torch.bool), torch.zeros(2, 16, dtype=torch.int64)
-            confidence_triton.confidence_select(logits, masked, ids if commit else None, 0.9, temperature, seed,
-                                                block_v=2048, splits=25, **accumulation)  # fmt: skip
-            name = "lanes-max" if accumulation.get("lane_max") else "lanes" if accumulation["lanewise"] else "tiles"
-            collect(f"confidence {dtype} T={temperature} commit={commit} accumulate={name}", recs)
+            collect(_confidence_launch(dtype, temperature, commit, accumulation), recs)
     with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
         for dtype, head_dim, with_block in [(torch.bfloat16, 128, False), (torch.float16, 128, True),
                                             (torch.float32, 64, True), (torch.float32, 128, False)]:  # fmt: skip
-            q = torch.zeros(1, 16, 16, head_dim, dtype=dtype)
-            kc = torch.zeros(1, 528, 8, head_dim, dtype=dtype)
-            kb = torch.zeros(1, 16, 8, head_dim, dtype=dtype) if with_block else None
-            lengths = torch.full((1,), 512, dtype=torch.int32)
-            attention_triton.block_attention(q, kc, kc, lengths, kb, kb, 0.1, splits=8, block_n=64)
-            collect(f"block_attention {dtype} D={head_dim} block={with_block}", recs)
+            collect(_block_attention_launch(dtype, head_dim, with_block), recs)
     with _recording(attention_triton, ["_block_causal_kernel"]) as recs:
         for dtype, head_dim in [(torch.bfloat16, 128), (torch.float32, 64), (torch.float32, 128)]:
             q = torch.zeros(1, 512, 16, head_dim, dtype=dtype)
@@ -213,17 +238,10 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
         collect("rotary bf16", recs)
     with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
         for dtype in (torch.bfloat16, torch.float32):
-            x = torch.zeros(16, 2048, dtype=dtype)
-            fused_triton.add_rms_norm(x, x, torch.ones(2048, dtype=dtype), 1e-6, x)
-            fused_triton.silu_mul(torch.zeros(16, 12288, dtype=dtype), torch.zeros(16, 6144, dtype=dtype))
-            cache = torch.zeros(1, 528, 8, 128, dtype=dtype)
-            fused_triton.qk_norm_rope(torch.zeros(1, 16, 32 * 128, dtype=dtype), 16, 8, x[0, :128], x[0, :128], 1e-6,
-                                      torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
-                                      torch.zeros(1, 16, 16, 128, dtype=dtype), cache, cache)  # fmt: skip
+            _layer_step_launches(dtype)
+            _qk_norm_rope_launch(dtype, norm=True)
             collect(f"fused {dtype}", recs)
-        fused_triton.qk_norm_rope(torch.zeros(1, 16, 32 * 128, dtype=dtype), 16, 8, None, None, 1e-6,
-                                  torch.zeros(16, 64), torch.zeros(16, 64), torch.arange(16),
-                                  torch.zeros(1, 16, 16, 128, dtype=dtype), cache, cache)  # fmt: skip
+        _qk_norm_rope_launch(torch.float32, norm=False)
         collect("rope without norm fp32", recs)
     with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
         for dtype, split_k in [(torch.bfloat16, 1), (torch.bfloat16, 4), (torch.float32, 1)]:
