@@ -323,9 +323,9 @@ def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "
     norm_weight = rand(hidden, scale=0.1) + 1.0
     gate_up_weight, down_weight = rand(2 * inner, hidden, scale=hidden**-0.5), rand(hidden, inner, scale=inner**-0.5)
     x_want = x0.clone()
-    h = reference.add_rms_norm_ref(x_want, delta, norm_weight, eps)
-    down = F.linear(reference.silu_mul_ref(F.linear(h, gate_up_weight)), down_weight)
-    want = reference.add_rms_norm_ref(x_want, down, norm_weight, eps)
+    h_want = reference.add_rms_norm_ref(x_want, delta, norm_weight, eps)
+    down_want = F.linear(reference.silu_mul_ref(F.linear(h_want, gate_up_weight)), down_weight)
+    want = reference.add_rms_norm_ref(x_want, down_want, norm_weight, eps)
     buffers = [torch.empty(rows, n, dtype=dtype, device=device) for n in (hidden, 2 * inner, hidden, hidden)]
     h, gate_up, down, out = buffers
     tolerance = Tolerance(5e-2, 5e-2) if dtype != torch.float32 else Tolerance(1e-4, 1e-4)  # bf16/fp16 products

@@ -84,16 +84,15 @@ def test_a_copy_running_through_words_follows_them_more_strongly(engine: Engine)
     not ("71 plus 102" went into a calculator's expression as said)."""
     vocab = engine.model.cfg.vocab_size
     ine, er, space, kit, one, zero = ids(engine, "ine", "er", " ", "kit", "1", "0")
-    ask = {"role": "user", "content": "repeat engineer kitchen 710 119"}
-    bias = reply_copy_bias([ask], engine.tokenizer.encode, pieces=engine.pieces)
-    assert bias is not None
+    ask = "repeat engineer kitchen 710 119"
+    bias = asked(engine, ask)
     running = bias.apply(torch.zeros(1, vocab), [ine, er, space, None], [3])[0]
     assert running[kit] == bias.follow * MID_WORD_FACTOR
     begun = bias.apply(torch.zeros(1, vocab), [None, er, space, None], [3])[0]  # two tokens known: no run yet
     assert begun[kit] == bias.follow
     digits = bias.apply(torch.zeros(1, vocab), [one, zero, space, None], [3])[0]
     assert digits[one] == bias.follow
-    unread = reply_copy_bias([ask], engine.tokenizer.encode)  # no vocabulary pieces: no letters to tell a word by
+    unread = reply_copy_bias([{"role": "user", "content": ask}], engine.tokenizer.encode)  # no vocabulary pieces: no letters to tell a word by
     assert unread is not None and unread.apply(torch.zeros(1, vocab), [ine, er, space, None], [3])[0, kit] == unread.follow
 
 
