@@ -1,10 +1,12 @@
 """``x @ weight.T`` for a denoising pass's few rows: the Triton thin kernel (a candidate) or ``F.linear``.
 
-``gated``: ``x`` is a fused gate/up projection and the product's input is SwiGLU's activation of it, which
-the thin kernel forms as it reads (a down projection without the ``silu_mul`` launch before it).
+The thin kernel also takes the steps around a layer's products, each a launch fewer: ``gated``, ``x`` is a
+fused gate/up projection and the product's input is SwiGLU's activation of it; ``norm``, the input is the
+RMSNorm of ``x`` (the norm before q/k/v, gate/up or the LM head); ``add_to``, the product is added to the
+residual stream in place (after o and down). Together they leave a layer with no separate add-norm launches.
 
 The Triton path takes activations of at most ``MAX_ROWS`` rows (a block); longer ones (a prompt) and the
-torch path go to ``F.linear``, whose cuBLAS kernels are the reference and the default.
+torch path go to ``F.linear`` and the torch references, whose cuBLAS kernels are the default.
 """
 
 from __future__ import annotations
@@ -18,21 +20,42 @@ from kernels.fused import silu_mul
 MAX_ROWS = 16
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, *, path: str = "auto", gated: bool = False,
-           **launch: int) -> torch.Tensor:  # fmt: skip
-    """``x [..., K] @ weight [N, K]^T`` (``gated``: ``silu_mul(x [..., 2K]) @ weight^T``); ``launch``: the thin
-    kernel's tile and split parameters (``block_n``, ``block_k``, ``split_k``, ``num_stages``, ``num_warps``), for
-    the GPU check's sweep."""
+def _check(x: torch.Tensor, weight: torch.Tensor, gated: bool, norm: tuple[torch.Tensor, float] | None,
+           add_to: torch.Tensor | None) -> None:  # fmt: skip
     if x.shape[-1] != weight.shape[-1] * (2 if gated else 1) or weight.dim() != 2 or x.dtype != weight.dtype:
         raise ValueError(f"linear: x {tuple(x.shape)} {x.dtype} and weight {tuple(weight.shape)} {weight.dtype}"
                          + (" (gated: x is gate then up, twice the weight's width)" if gated else ""))  # fmt: skip
+    if norm is not None and (gated or norm[0].shape != x.shape[-1:]):
+        raise ValueError(f"linear: a norm weight {tuple(norm[0].shape)} must match x's last dim {x.shape[-1]}, "
+                         "and a gated product takes none")  # fmt: skip
+    if add_to is not None:
+        if add_to.shape != (*x.shape[:-1], weight.shape[0]) or add_to.dtype != x.dtype or not add_to.is_contiguous():
+            raise ValueError(f"linear: add_to {tuple(add_to.shape)} {add_to.dtype} must be the product's shape and "
+                             "dtype, contiguous")  # fmt: skip
+        if add_to.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+            raise ValueError("linear: add_to is updated while x is read, so it must not share x's memory")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, *, path: str = "auto", gated: bool = False,
+           norm: tuple[torch.Tensor, float] | None = None, add_to: torch.Tensor | None = None,
+           **launch: int) -> torch.Tensor:  # fmt: skip
+    """``x [..., K] @ weight [N, K]^T``; ``gated``: of ``silu_mul(x [..., 2K])``; ``norm`` ``(weight [K], eps)``:
+    of ``rms_norm(x) * weight``; ``add_to`` ``[..., N]``: added to it in place, and it is returned. ``launch``:
+    the thin kernel's tile and split parameters (``block_n``, ``block_k``, ``split_k``, ``num_stages``,
+    ``num_warps``, ``prefetch_bytes``), for the GPU check's sweeps."""
+    _check(x, weight, gated, norm, add_to)
     rows = x.reshape(-1, x.shape[-1])
     if rows.shape[0] > MAX_ROWS or kernel_path(path, x.device) == "torch":
-        return F.linear(silu_mul(x, path=path) if gated else x, weight)
+        if norm is not None:
+            x = F.rms_norm(x, x.shape[-1:], norm[0], norm[1])
+        product = F.linear(silu_mul(x, path=path) if gated else x, weight)
+        return product if add_to is None else add_to.add_(product)
     from kernels import thin_linear_triton
 
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    out = rows.new_empty(rows.shape[0], weight.shape[0])
+    out = rows.new_empty(rows.shape[0], weight.shape[0]) if add_to is None else add_to.view(rows.shape[0], -1)
     thin_linear_triton.thin_linear(rows, weight if weight.stride(-1) == 1 else weight.contiguous(), out,
-                                   gated=gated, **launch)  # fmt: skip
-    return out.view(*x.shape[:-1], weight.shape[0])
+                                   gated=gated, norm_weight=None if norm is None else norm[0].contiguous(),
+                                   eps=0.0 if norm is None else norm[1], add=add_to is not None,
+                                   **launch)  # fmt: skip
+    return out.view(*x.shape[:-1], weight.shape[0]) if add_to is None else add_to

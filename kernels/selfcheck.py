@@ -302,14 +302,15 @@ def check_qk_norm_rope(
 
 def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "cpu", *, repeats: int = 3,
                     seed: int = 0) -> None:  # fmt: skip
-    """A layer's MLP half as the thin-product pass launches it under ``programmatic_launch``: residual add +
-    norm, the gate/up product, the down product of their SwiGLU activation (K split past 2048), and the next
-    residual add + norm, each kernel waiting for the one before. Every intermediate buffer is poisoned before
-    each repeat, so a kernel that read its input before the kernel writing it had finished would carry the
-    poison to the output."""
+    """A layer's MLP half as the thin-product pass launches it under ``programmatic_launch``: the gate/up
+    product of the residual stream's RMSNorm, the down product of their SwiGLU activation (K split past 2048)
+    added to the residual stream, and the next product of its RMSNorm, each kernel waiting for the one before.
+    Every intermediate buffer is poisoned before each repeat, so a kernel that read its input before the kernel
+    writing it had finished would carry the poison to the output; the residual stream is read by the first
+    product and rewritten by the second, so one that wrote it early would change the first's result."""
     import torch.nn.functional as F
 
-    from kernels import fused_triton, thin_linear_triton
+    from kernels import thin_linear_triton
     from kernels.pdl import programmatic_launch
 
     _triton(device)
@@ -319,24 +320,25 @@ def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "
         return (torch.randn(*shape, generator=gen) * scale).to(dtype=dtype, device=device)
 
     rows, eps = 16, 1e-6
-    x0, delta = rand(rows, hidden), rand(rows, hidden)
+    x0 = rand(rows, hidden)
     norm_weight = rand(hidden, scale=0.1) + 1.0
     gate_up_weight, down_weight = rand(2 * inner, hidden, scale=hidden**-0.5), rand(hidden, inner, scale=inner**-0.5)
-    x_want = x0.clone()
-    h_want = reference.add_rms_norm_ref(x_want, delta, norm_weight, eps)
-    down_want = F.linear(reference.silu_mul_ref(F.linear(h_want, gate_up_weight)), down_weight)
-    want = reference.add_rms_norm_ref(x_want, down_want, norm_weight, eps)
-    buffers = [torch.empty(rows, n, dtype=dtype, device=device) for n in (hidden, 2 * inner, hidden, hidden)]
-    h, gate_up, down, out = buffers
+    next_weight = rand(hidden, hidden, scale=hidden**-0.5)
+
+    def normed(x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (hidden,), norm_weight, eps)
+
+    x_want = x0 + F.linear(reference.silu_mul_ref(F.linear(normed(x0), gate_up_weight)), down_weight)
+    want = F.linear(normed(x_want), next_weight)
+    gate_up, out = (torch.empty(rows, n, dtype=dtype, device=device) for n in (2 * inner, hidden))
     tolerance = Tolerance(5e-2, 5e-2) if dtype != torch.float32 else Tolerance(1e-4, 1e-4)  # bf16/fp16 products
     for _ in range(repeats):
         x = x0.clone()
-        for buffer in buffers:
+        for buffer in (gate_up, out):
             buffer.fill_(float("nan"))
         with programmatic_launch():
-            fused_triton.add_rms_norm(x, delta, norm_weight, eps, h)
-            thin_linear_triton.thin_linear(h, gate_up_weight, gate_up)
-            thin_linear_triton.thin_linear(gate_up, down_weight, down, gated=True)
-            fused_triton.add_rms_norm(x, down, norm_weight, eps, out)
+            thin_linear_triton.thin_linear(x, gate_up_weight, gate_up, norm_weight=norm_weight, eps=eps)
+            thin_linear_triton.thin_linear(gate_up, down_weight, x, gated=True, add=True)
+            thin_linear_triton.thin_linear(x, next_weight, out, norm_weight=norm_weight, eps=eps)
         _assert_close(x, x_want, tolerance, f"PDL chain residual {dtype}")
         _assert_close(out, want, tolerance, f"PDL chain {dtype}")

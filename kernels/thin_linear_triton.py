@@ -4,8 +4,12 @@ A 16-token pass of a 1.7B model is bound by reading its weights, and at 16 rows 
 of the H200's copy bandwidth (``latency_bench/results/gpu_check_h200_2026-12-04_run5.md``). Here each program
 streams a ``[BLOCK_N, BLOCK_K]`` strip of the weight against the whole (cached) activation, computing the
 output transposed so the weight's rows are the dot's wide side; a long K is split across programs and a
-second launch sums the fp32 partials. ``gated``: the activation is a fused gate/up projection and the product's
-input is SwiGLU's ``silu(gate) * up``, formed tile by tile as it is read (one launch fewer per layer). Launched
+second launch sums the fp32 partials. The steps around a layer's products ride along, each a launch fewer:
+``gated``: the activation is a fused gate/up projection and the product's input is SwiGLU's ``silu(gate) * up``,
+formed tile by tile as it is read; ``norm_weight``: the input is the RMSNorm of the activation, whose weight is
+applied as each tile is read and whose per-row scale factors out of the sum over K, so it is applied once at the
+end from the sum of squares of the tiles read (no K splits then); ``add``: the output is the residual stream,
+to which the product is added in place. Launched
 with PDL (``kernels.pdl``), a program asks L2 for the start of its weight strip before it waits for the
 kernel that writes its activation: the weights never depend on it. A candidate: the GPU check's sweep times
 it against cuBLAS per shape.
@@ -35,9 +39,10 @@ PREFETCH_BYTES = 8 << 20
 
 @triton.jit
 def _thin_linear_kernel(
-    x_ptr, sx, w_ptr, sw, part_ptr, out_ptr, so, M, N, K, k_chunk,
+    x_ptr, sx, w_ptr, sw, norm_ptr, eps, part_ptr, out_ptr, so, M, N, K, k_chunk,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
-    GATED: tl.constexpr, GDC: tl.constexpr, PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
+    GATED: tl.constexpr, NORM: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+    LINE: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -54,7 +59,9 @@ def _thin_linear_kernel(
     wait_for_previous_kernel(GDC)
     w_tile = w_ptr + rn.to(tl.int64)[:, None] * sw + (k_lo + rk)[None, :]
     x_tile = x_ptr + rm[None, :] * sx + (k_lo + rk)[:, None]
+    norm_tile = norm_ptr + k_lo + rk
     acc = tl.zeros([BLOCK_N, 16], tl.float32)  # the output transposed: [N, M]
+    squares = tl.zeros([16], tl.float32)  # each row's sum of squares, for NORM
     for i in range(0, tl.cdiv(k_left, BLOCK_K)):  # a counted loop with moving pointers: Triton pipelines it
         k_ok = rk < k_left - i * BLOCK_K
         w = tl.load(w_tile, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
@@ -63,20 +70,37 @@ def _thin_linear_kernel(
             up = tl.load(x_tile + K, mask=k_ok[:, None] & m_ok[None, :], other=0.0).to(tl.float32)
             gate = xt.to(tl.float32)
             xt = ((gate / (1.0 + tl.exp(-gate))).to(xt.dtype).to(tl.float32) * up).to(xt.dtype)
+        if NORM:
+            xf = xt.to(tl.float32)
+            squares += tl.sum(xf * xf, 0)
+            xt = (xf * tl.load(norm_tile, mask=k_ok, other=0.0).to(tl.float32)[:, None]).to(xt.dtype)
+            norm_tile += BLOCK_K
         if UPCAST:
             w, xt = w.to(tl.float32), xt.to(tl.float32)
         acc = tl.dot(w, xt, acc, input_precision=PREC)
         w_tile += BLOCK_K
         x_tile += BLOCK_K
+    if NORM:
+        acc *= tl.rsqrt(squares / K + eps)[None, :]
     ok = n_ok[:, None] & m_ok[None, :]
     if SPLIT == 1:
-        tl.store(out_ptr + rm[None, :] * so + rn[:, None], acc.to(out_ptr.dtype.element_ty), mask=ok)
+        _store_output(out_ptr + rm[None, :] * so + rn[:, None], acc, ok, ADD)
     else:
         tl.store(part_ptr + (split * 16 + rm[None, :]).to(tl.int64) * N + rn[:, None], acc, mask=ok)
 
 
 @triton.jit
-def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
+def _store_output(at, acc, ok, ADD: tl.constexpr):
+    """The product in the output's dtype (``ADD``: added to what is there, rounded as a separate add would)."""
+    y = acc.to(at.dtype.element_ty)
+    if ADD:
+        y = (tl.load(at, mask=ok, other=0.0).to(tl.float32) + y.to(tl.float32)).to(at.dtype.element_ty)
+    tl.store(at, y, mask=ok)
+
+
+@triton.jit
+def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr,
+                       GDC: tl.constexpr):  # fmt: skip
     wait_for_previous_kernel(GDC)
     rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     rm = tl.arange(0, 16)
@@ -84,18 +108,22 @@ def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: 
     acc = tl.zeros([16, BLOCK], tl.float32)
     for s in tl.static_range(SPLIT):
         acc += tl.load(part_ptr + (s * 16 + rm[:, None]).to(tl.int64) * N + rn[None, :], mask=ok, other=0.0)
-    tl.store(out_ptr + rm[:, None] * so + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
+    _store_output(out_ptr + rm[:, None] * so + rn[None, :], acc, ok, ADD)
 
 
 def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,
                 block_k: int = BLOCK_K, split_k: int | None = None, num_stages: int = 4, num_warps: int = 4,
-                prefetch_bytes: int = PREFETCH_BYTES, gated: bool = False) -> torch.Tensor:  # fmt: skip
+                prefetch_bytes: int = PREFETCH_BYTES, gated: bool = False, norm_weight: torch.Tensor | None = None,
+                eps: float = 0.0, add: bool = False) -> torch.Tensor:  # fmt: skip
     """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims); ``gated``: x is
-    ``[M, 2K]``, gate then up, and the input is ``silu(gate) * up``. ``split_k`` None: unsplit up to
-    ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
+    ``[M, 2K]``, gate then up, and the input is ``silu(gate) * up``; ``norm_weight`` ``[K]``: the input is
+    ``rms_norm(x, eps) * norm_weight`` (K unsplit); ``add``: ``out += ...`` (``out`` must not overlap ``x``).
+    ``split_k`` None: unsplit up to ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
     M, K = x.shape[0], weight.shape[1]
     N = weight.shape[0]
-    if split_k is None:
+    if norm_weight is not None:
+        split_k = 1  # the norm's scale needs the whole row's sum of squares
+    elif split_k is None:
         split_k = 1 if K <= UNSPLIT_K else triton.cdiv(K, SPLIT_K_COLUMNS)
     k_chunk = triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k
     split_k = triton.cdiv(K, k_chunk)
@@ -106,14 +134,14 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     prefetch_lines = (_prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
                       if launch["GDC"] else 0)  # fmt: skip
     _thin_linear_kernel[grid](
-        x, x.stride(0), weight, weight.stride(0), part, out, out.stride(0), M, N, K, k_chunk,
-        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), GATED=gated,
-        PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
+        x, x.stride(0), weight, weight.stride(0), x if norm_weight is None else norm_weight, eps, part, out,
+        out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x),
+        GATED=gated, NORM=norm_weight is not None, ADD=add, PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     if split_k > 1:
         block = 256
         _sum_splits_kernel[(triton.cdiv(N, block),)](part, out, out.stride(0), M, N, SPLIT=split_k, BLOCK=block,
-                                                     **launch)  # fmt: skip
+                                                     ADD=add, **launch)  # fmt: skip
     return out
 
 

@@ -3,7 +3,8 @@
 Run ``latency_bench/gpu_check.sh`` on a CUDA machine (PyTorch + Triton only, < 5 minutes on an
 H200). Sections: copy bandwidth; every kernel against its reference; each kernel launched from Python
 and replayed in a graph, against its torch reference and the bandwidth or compute floor; the issue's
-model shapes (Triton with cuBLAS, with the thin matrix product, and with that and PDL; torch), with a
+model shapes (Triton with cuBLAS; with the thin matrix product taking in the layer's add-norms and SwiGLU,
+and with that and PDL; torch), with a
 profile of where a pass's time goes; a sweep of the kernels' launch parameters; the engine's own model at
 the 1.7B shape; the engine on the demo checkpoint, graphs off and on. It writes
 ``latency_bench/results/gpu_check_<date>.md`` and ``.json``; ``--render JSON`` redraws a saved report's
@@ -161,7 +162,7 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("qk_norm_rope fp16 prefill b2", lambda d: sc.check_qk_norm_rope(prompt, *heads, head_dim, cap, f16, d, batch=2)),
         ("rope without norm (Qwen2 layers) bf16 block", lambda d: sc.check_qk_norm_rope(
             BLOCK, *heads, head_dim, cap, bf16, d, start=cap - BLOCK, norm=False)),
-        ("PDL chain: add-norm, gate/up, gated down, add-norm bf16", lambda d: sc.check_pdl_chain(
+        ("PDL chain: normed gate/up, gated down added to the residual, normed product bf16", lambda d: sc.check_pdl_chain(
             hidden, 3 * hidden, bf16, d, repeats=3 if dry_run else 20)),
     ]  # fmt: skip
 
@@ -419,7 +420,8 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
     from latency_bench.gpu_shapes import RandomQwen3
 
     dev = plan.device
-    # the Triton path once more with the block's matrix products on the thin kernel instead of cuBLAS, and once
+    # the Triton path once more with the block's matrix products on the thin kernel instead of cuBLAS (the add-norms
+    # and SwiGLU inside them), and once
     # with those and every other kernel of a step launched with PDL (candidates; the unfused layer steps, timed
     # until 2026-12-04, cost twice the fused ones: gpu_check_h200_2026-12-04_run7.md)
     variants = [(path, False, False) for path in plan.paths]

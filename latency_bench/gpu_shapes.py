@@ -47,6 +47,14 @@ def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), weight, EPS)  # one fused kernel on CUDA
 
 
+@dataclass(frozen=True)
+class PendingNorm:
+    """``rms_norm(x) * weight`` not yet computed: the thin kernel applies it as its product reads ``x``."""
+
+    x: torch.Tensor
+    weight: torch.Tensor
+
+
 class RandomQwen3:
     """Random weights and a static ``[layers, B, capacity, Hkv, D]`` KV cache on one device."""
 
@@ -103,29 +111,45 @@ class RandomQwen3:
         tensors = [t for p in self.layers for t in p.values()] + [self.embed, self.final_norm]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def _mm(self, x: torch.Tensor, weight: torch.Tensor, gated: bool = False) -> torch.Tensor:
-        """``x @ weight.T`` (``gated``: of SwiGLU's activation of ``x``): cuBLAS after a ``silu_mul`` launch, or
-        with ``thin`` the thin kernel for a block's rows, which forms the activation as it reads ``x``."""
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | PendingNorm:
+        """``rms_norm(x) * weight``: a launch of its own, or with ``thin`` left to the product that reads it."""
+        return PendingNorm(x, weight) if self.thin else _rms(x, weight)
+
+    def _mm(self, h: torch.Tensor | PendingNorm, weight: torch.Tensor, gated: bool = False) -> torch.Tensor:
+        """``h @ weight.T`` (``gated``: of SwiGLU's activation of ``h``): cuBLAS after a ``silu_mul`` launch, or
+        with ``thin`` the thin kernel for a block's rows, which forms the activation or the norm as it reads."""
+        if isinstance(h, PendingNorm):
+            return linear(h.x, weight, path="triton", norm=(h.weight, EPS), **self.thin_launch)
         if self.thin:
-            return linear(x, weight, path="triton", gated=gated, **self.thin_launch)
-        return (silu_mul(x, path=self.path) if gated else x) @ weight.T
+            return linear(h, weight, path="triton", gated=gated, **self.thin_launch)
+        return (silu_mul(h, path=self.path) if gated else h) @ weight.T
+
+    def _add_norm(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, norm: torch.Tensor,
+                  gated: bool = False) -> torch.Tensor | PendingNorm:  # fmt: skip
+        """``x += a @ weight.T`` (``gated``: of SwiGLU's activation of ``a``), then ``rms_norm(x) * norm`` for the
+        next product: the add fused with the norm, or with ``thin`` the add inside the product and the norm
+        inside the next one."""
+        if self.thin:
+            linear(a, weight, path="triton", gated=gated, add_to=x, **self.thin_launch)
+            return PendingNorm(x, norm)
+        return add_rms_norm(x, self._mm(a, weight, gated), norm, EPS, path=self.path)
 
     def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                attend: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:  # fmt: skip
+                attend: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor | PendingNorm:  # fmt: skip
         """Every layer over ``x`` (the residual stream, updated in place), writing each layer's K/V at
         ``positions``; ``attend(layer, q)`` is the attention. Returns the final-normed hidden states.
 
         Each residual add is fused with the RMSNorm that follows it, so a layer is its four matrix
-        products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation
-        (inside the down product on the thin kernel)."""
+        products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation;
+        on the thin kernel the products take the add-norms and the activation in."""
         s, path = self.shape, self.path
-        h = _rms(x, self.layers[0]["in_norm"])
+        h = self._norm(x, self.layers[0]["in_norm"])
         for i, p in enumerate(self.layers):
             q = qk_norm_rope(self._mm(h, p["qkv"]), s.heads, s.kv_heads, p["q_norm"], p["k_norm"], EPS, cos, sin, positions,
                              self.k_cache[i], self.v_cache[i], path=path)  # fmt: skip
-            h = add_rms_norm(x, self._mm(attend(i, q).flatten(2), p["o"]), p["post_norm"], EPS, path=path)
+            h = self._add_norm(x, attend(i, q).flatten(2), p["o"], p["post_norm"])
             following = self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
-            h = add_rms_norm(x, self._mm(self._mm(h, p["gate_up"]), p["down"], gated=True), following, EPS, path=path)
+            h = self._add_norm(x, self._mm(h, p["gate_up"]), p["down"], following, gated=True)
         return h
 
     def prefill(self, tokens: torch.Tensor, block_size: int) -> None:

@@ -154,6 +154,21 @@ def _layer_step_launches(dtype: torch.dtype) -> None:
     fused_triton.silu_mul(torch.zeros(16, 12288, dtype=dtype), torch.zeros(16, 6144, dtype=dtype))
 
 
+def _folded_mlp_launches(dtype: torch.dtype, recorders: dict[str, _Recorder],
+                         collect: Callable[[str, dict[str, _Recorder]], None], label: str) -> None:  # fmt: skip
+    """A 1.7B layer's MLP on the thin kernel, each product collected under ``label``: gate/up of the residual
+    stream's RMSNorm, then down of their SwiGLU activation added to the residual stream (K split, the split sum
+    adding)."""
+    from kernels import thin_linear_triton
+
+    x, gate_up = torch.zeros(16, 2048, dtype=dtype), torch.zeros(16, 12288, dtype=dtype)
+    thin_linear_triton.thin_linear(x, torch.zeros(12288, 2048, dtype=dtype), gate_up,
+                                   norm_weight=torch.ones(2048, dtype=dtype), eps=1e-6)  # fmt: skip
+    collect(f"{label} normed gate/up", recorders)
+    thin_linear_triton.thin_linear(gate_up, torch.zeros(2048, 6144, dtype=dtype), x, gated=True, add=True)
+    collect(f"{label} gated down added (K split, summed)", recorders)
+
+
 def _qk_norm_rope_launch(dtype: torch.dtype, norm: bool) -> None:
     """A 16-token block's q/k norm (``norm``) + RoPE + KV write, 16 / 8 heads of 128."""
     from kernels import fused_triton
@@ -172,9 +187,7 @@ def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None
     bf16 = torch.bfloat16
     with _programmatic_launches():
         with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
-            gate_up, out = torch.zeros(16, 12288, dtype=bf16), torch.zeros(16, 2048, dtype=bf16)
-            thin_linear_triton.thin_linear(gate_up, torch.zeros(2048, 6144, dtype=bf16), out, gated=True)
-            collect("PDL thin_linear bf16 gated down (K split, summed)", recs)
+            _folded_mlp_launches(bf16, recs, collect, "PDL thin_linear bf16")
         with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
             _layer_step_launches(bf16)
             _qk_norm_rope_launch(bf16, norm=True)
@@ -248,6 +261,8 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             x, out = torch.zeros(16, 2048, dtype=dtype), torch.zeros(16, 4096, dtype=dtype)
             thin_linear_triton.thin_linear(x, torch.zeros(4096, 2048, dtype=dtype), out, split_k=split_k)
             collect(f"thin_linear {dtype} split_k={split_k}", recs)
+        for dtype in (torch.bfloat16, torch.float32):
+            _folded_mlp_launches(dtype, recs, collect, f"thin_linear {dtype}")
     _pass_launches_under_pdl(collect)
     return launches
 

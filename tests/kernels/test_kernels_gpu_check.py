@@ -72,21 +72,22 @@ def test_goals_are_judged_on_the_best_path():
     assert met["sdar-1.7b first block warm @512 <= 5 ms"] is None  # not measured
 
 
-def test_model_step_agrees_across_kernel_paths():
+@pytest.mark.parametrize("batch", [1, 2])  # one block is the thin kernel's 16 rows; two go to cuBLAS's path
+def test_model_step_agrees_across_kernel_paths(batch):
     torch.manual_seed(0)
-    model = RandomQwen3(SHAPES["tiny"], 2, 48, torch.device("cpu"), torch.float32, "torch")
-    prompt = torch.randint(0, 500, (2, 24))
+    model = RandomQwen3(SHAPES["tiny"], batch, 48, torch.device("cpu"), torch.float32, "torch")
+    prompt = torch.randint(0, 500, (batch, 24))
     logits = {}
     for path, thin, pdl in (("torch", False, False), ("triton", False, False), ("triton", True, False),
                             ("triton", True, True)):
         model.path, model.thin, model.pdl = path, thin, pdl
         model.prefill(prompt, 8)
-        tokens = torch.full((2, 16), 511, dtype=torch.int64)
-        masked = torch.ones(2, 16, dtype=torch.bool)
+        tokens = torch.full((batch, 16), 511, dtype=torch.int64)
+        masked = torch.ones(batch, 16, dtype=torch.bool)
         logits[model.label] = model.block_logits(tokens, torch.tensor([24]))
         count = model.denoise_step(tokens, masked, torch.tensor([24]), threshold=0.0)
         # threshold 0 commits the whole block, each position its argmax (the pass is deterministic)
-        assert count.tolist() == [16, 16] and not masked.any()
+        assert count.tolist() == [16] * batch and not masked.any()
         assert torch.equal(tokens, logits[model.label].argmax(-1))
     for label in ("triton", "triton, thin GEMM", "triton, thin GEMM, PDL"):
         torch.testing.assert_close(logits[label], logits["torch"], atol=1e-4, rtol=1e-4)

@@ -64,3 +64,63 @@ def test_many_rows_and_the_torch_path_are_f_linear():
                                F.linear(silu_mul_ref(gate_up), weight[:, :24]))  # fmt: skip
     with pytest.raises(ValueError, match="linear"):
         linear(x, torch.randn(24, 31), path="torch")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "n", "k", "launch"), [
+    (16, 96, 256, {}),
+    (5, 37, 200, {"block_n": 16, "block_k": 64}),  # nothing a multiple of its tile
+    (3, 24, 2300, {"split_k": 3}),  # a norm needs whole rows: K stays unsplit whatever is asked
+])  # fmt: skip
+def test_a_normed_product_is_the_product_of_the_rms_norm(dtype, rows, n, k, launch):
+    gen = torch.Generator().manual_seed(n * k)
+    x = (torch.randn(rows, k, generator=gen) * 3.0).to(dtype)  # not unit scale: the norm's scale matters
+    norm_weight = (1.0 + torch.randn(k, generator=gen) * 0.3).to(dtype)
+    weight = (torch.randn(n, k, generator=gen) * 0.1).to(dtype)
+    want = F.linear(F.rms_norm(x.float(), (k,), norm_weight.float(), 1e-6), weight.float())
+    got = linear(x, weight, path="triton", norm=(norm_weight, 1e-6), **launch)
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol)
+    unnormed = linear(x, weight, path="triton", **launch).float()  # the check above could not pass by accident
+    assert (unnormed - want).abs().max() > 10 * atol
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "n", "k", "launch", "gated"), [
+    (16, 40, 96, {"block_n": 16, "block_k": 64}, False),
+    (7, 24, 2300, {}, True),  # a down projection: K split, the split sum adds to the residual
+])  # fmt: skip
+def test_a_product_added_to_the_residual_stream_updates_it_in_place(dtype, rows, n, k, launch, gated):
+    gen = torch.Generator().manual_seed(rows + n)
+    x = torch.randn(1, rows, k * (2 if gated else 1), generator=gen).to(dtype)
+    weight = (torch.randn(n, k, generator=gen) * 0.1).to(dtype)
+    residual = (torch.randn(1, rows, n, generator=gen) * 4.0).to(dtype)
+    want = residual.clone().add_(linear(x, weight, path="torch", gated=gated))  # the product rounded, then added
+    returned = linear(x, weight, path="triton", gated=gated, add_to=residual, **launch)
+    assert returned is residual
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(residual, want, atol=atol * 4, rtol=rtol)
+
+
+def test_the_folded_steps_on_many_rows_and_the_torch_path_are_the_references():
+    gen = torch.Generator().manual_seed(7)
+    x, weight, norm_weight = torch.randn(40, 32, generator=gen), torch.randn(24, 32, generator=gen), torch.rand(32)
+    normed = F.linear(F.rms_norm(x, (32,), norm_weight, 1e-5), weight)
+    for path, rows in (("triton", 40), ("torch", 8)):
+        torch.testing.assert_close(linear(x[:rows], weight, path=path, norm=(norm_weight, 1e-5)), normed[:rows])
+        residual = torch.ones(rows, 24)
+        assert linear(x[:rows], weight, path=path, add_to=residual) is residual
+        torch.testing.assert_close(residual, 1.0 + F.linear(x[:rows], weight))
+
+
+def test_folded_steps_that_cannot_work_are_refused():
+    x, weight = torch.randn(4, 32), torch.randn(24, 32)
+    with pytest.raises(ValueError, match="norm weight"):
+        linear(x, weight, path="triton", norm=(torch.ones(31), 1e-6))
+    with pytest.raises(ValueError, match="gated product takes none"):
+        linear(torch.randn(4, 64), weight, path="triton", gated=True, norm=(torch.ones(64), 1e-6))
+    with pytest.raises(ValueError, match="add_to"):
+        linear(x, weight, path="triton", add_to=torch.zeros(4, 23))
+    square = torch.randn(4, 32)
+    with pytest.raises(ValueError, match="must not share x's memory"):
+        linear(square, torch.randn(32, 32), path="triton", add_to=square)
