@@ -10,13 +10,17 @@ kernels unfused (``latency_bench/results/gpu_check_h200_2026-12-04_run3.md``).
 
 The model's own q/k/v and gate/up weights are rebound as views of the concatenated ones, so no memory is
 doubled and the eager paths (prefill without graphs, commit passes) keep working.
+
+:class:`LayerSteps` says how the steps launch; with ``thin`` (a candidate, off in the engine until the GPU check
+shows it wins) the matrix products take the add-norms and the SwiGLU activation in, 8 launches a layer.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +30,7 @@ from dlm.kv_cache import KVCache
 from dlm.model import Transformer
 from kernels.block_attention import block_attention, block_causal_attention
 from kernels.fused import add_rms_norm, qk_norm_rope, silu_mul
+from kernels.linear import linear
 
 
 @dataclass(frozen=True)
@@ -45,14 +50,14 @@ class FusedLayer:
 
 def _stack(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the linears' weights (and biases, if they have them) and rebind each as a view of its rows."""
-    stacked = torch.cat([linear.weight.detach() for linear in linears])
-    biases = torch.cat([linear.bias.detach() for linear in linears]) if linears[0].bias is not None else None
+    stacked = torch.cat([projection.weight.detach() for projection in linears])
+    biases = torch.cat([projection.bias.detach() for projection in linears]) if linears[0].bias is not None else None
     row = 0
-    for linear in linears:
-        rows = linear.weight.shape[0]
-        linear.weight = nn.Parameter(stacked[row:row + rows], requires_grad=False)
+    for projection in linears:
+        rows = projection.weight.shape[0]
+        projection.weight = nn.Parameter(stacked[row:row + rows], requires_grad=False)
         if biases is not None:
-            linear.bias = nn.Parameter(biases[row:row + rows], requires_grad=False)
+            projection.bias = nn.Parameter(biases[row:row + rows], requires_grad=False)
         row += rows
     return stacked, biases
 
@@ -83,24 +88,98 @@ def fused_layers(model: Transformer) -> list[FusedLayer]:
     return layers
 
 
-def _hidden_states(model: Transformer, layers: list[FusedLayer], cache: KVCache, ids: torch.Tensor,
-                   positions: torch.Tensor, attend: Callable[[int, torch.Tensor], torch.Tensor], kernels: str
-                   ) -> torch.Tensor:  # fmt: skip
-    """Final-normed hidden states ``[1, n, hidden]`` of ``ids`` ``[1, n]`` at ``positions`` ``[n]``, every
-    layer writing its K/V into the cache there; ``attend(layer, q)`` is the attention over the cache."""
-    cfg, eps = model.cfg, model.cfg.rms_norm_eps
-    cos, sin = (table[:, : cfg.head_dim // 2] for table in model.rotary(positions))
-    x = model.model.embed_tokens(ids)  # the residual stream, updated in place
-    h = model.model.layers[0].input_layernorm(x)
+@dataclass(frozen=True)
+class PendingNorm:
+    """``rms_norm(x) * weight`` not yet computed: the thin product applies it as it reads ``x``."""
+
+    x: torch.Tensor
+    weight: torch.Tensor
+    eps: float
+
+
+Hidden = torch.Tensor | PendingNorm
+
+
+@dataclass(frozen=True)
+class LayerSteps:
+    """How a pass's layer steps launch. ``kernels``: the fused steps' path ("triton" or "torch"), the matrix
+    products on cuBLAS. ``thin`` (Triton only; a candidate the GPU check times, off until it wins there): a
+    block's products on the thin kernel (:func:`kernels.linear.linear`), which takes each residual add, RMSNorm
+    and SwiGLU activation in, so a layer is 8 launches instead of 10. ``pdl``: graphed passes launch their
+    Triton kernels with programmatic dependent launch (:mod:`kernels.pdl`). ``thin_launch``: the thin kernel's
+    launch parameters, for the GPU check's sweeps."""
+
+    kernels: str = "torch"
+    thin: bool = False
+    pdl: bool = False
+    thin_launch: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.thin or self.pdl) and self.kernels != "triton":
+            raise ValueError(f"the thin product and PDL run on the Triton path, not {self.kernels!r}")
+
+    @property
+    def label(self) -> str:
+        """The kernel path, the matrix products' kernel and the launches: what a timing row is of."""
+        return ", ".join([self.kernels] + ["thin GEMM"] * self.thin + ["PDL"] * self.pdl)
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> Hidden:
+        """``rms_norm(x) * weight``: computed now, or with ``thin`` by the product that reads it."""
+        return PendingNorm(x, weight, eps) if self.thin else F.rms_norm(x, x.shape[-1:], weight, eps)
+
+    def normed(self, h: Hidden) -> torch.Tensor:
+        """``h`` computed (what a caller that is not a product needs)."""
+        return F.rms_norm(h.x, h.x.shape[-1:], h.weight, h.eps) if isinstance(h, PendingNorm) else h
+
+    def product(self, h: Hidden, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                gated: bool = False) -> torch.Tensor:  # fmt: skip
+        """``h @ weight.T + bias`` (``gated``: of SwiGLU's activation of ``h``)."""
+        if isinstance(h, PendingNorm):
+            return linear(h.x, weight, bias, path="triton", norm=(h.weight, h.eps), **self.thin_launch)
+        if self.thin:
+            return linear(h, weight, bias, path="triton", gated=gated, **self.thin_launch)
+        return F.linear(silu_mul(h, path=self.kernels) if gated else h, weight, bias)
+
+    def add_norm(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, norm: torch.Tensor, eps: float,
+                 gated: bool = False) -> Hidden:  # fmt: skip
+        """``x += a @ weight.T`` in place (``gated``: of SwiGLU's activation of ``a``), then ``rms_norm(x) *
+        norm``: the add and the norm one launch, or with ``thin`` the add inside this product and the norm
+        inside the next."""
+        if self.thin:
+            linear(a, weight, path="triton", gated=gated, add_to=x, **self.thin_launch)
+            return PendingNorm(x, norm, eps)
+        return add_rms_norm(x, self.product(a, weight, gated=gated), norm, eps, path=self.kernels)
+
+
+def decoder_layers(steps: LayerSteps, layers: list[FusedLayer], final_norm: torch.Tensor, heads: tuple[int, int],
+                   eps: float, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor,
+                   caches: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+                   attend: Callable[[int, torch.Tensor], torch.Tensor]) -> Hidden:  # fmt: skip
+    """The final-normed hidden states of the residual stream ``x`` ``[B, n, hidden]`` (updated in place) at
+    ``positions`` ``[n]``, rotated by ``rope`` (cos, sin ``[n, D/2]``), through ``layers`` of ``heads`` (q, kv)
+    heads: every layer writes its K/V into ``caches(layer)`` (``[B, capacity, Hkv, D]`` each) there, and
+    ``attend(layer, q)`` is its attention. The layer :mod:`dlm.fused_layers` describes; the GPU check's
+    benchmark model runs the same one."""
+    h = steps.norm(x, layers[0].in_norm, eps)
     for i, p in enumerate(layers):
-        k_cache, v_cache = _sequence_major(cache, i)
-        q = qk_norm_rope(F.linear(h, p.qkv, p.qkv_bias), cfg.num_heads, cfg.num_kv_heads, p.q_norm, p.k_norm, eps, cos, sin,
-                         positions, k_cache, v_cache, path=kernels)  # fmt: skip
-        h = add_rms_norm(x, F.linear(attend(i, q).flatten(2), p.o), p.post_norm, eps, path=kernels)
-        following = layers[i + 1].in_norm if i + 1 < len(layers) else model.model.norm.weight
-        h = add_rms_norm(x, F.linear(silu_mul(F.linear(h, p.gate_up), path=kernels), p.down), following, eps,
-                         path=kernels)  # fmt: skip
+        q = qk_norm_rope(steps.product(h, p.qkv, p.qkv_bias), *heads, p.q_norm, p.k_norm, eps, *rope, positions,
+                         *caches(i), path=steps.kernels)  # fmt: skip
+        h = steps.add_norm(x, attend(i, q).flatten(2), p.o, p.post_norm, eps)
+        following = layers[i + 1].in_norm if i + 1 < len(layers) else final_norm
+        h = steps.add_norm(x, steps.product(h, p.gate_up), p.down, following, eps, gated=True)
     return h
+
+
+def _hidden_states(model: Transformer, layers: list[FusedLayer], cache: KVCache, ids: torch.Tensor,
+                   positions: torch.Tensor, attend: Callable[[int, torch.Tensor], torch.Tensor], steps: LayerSteps
+                   ) -> Hidden:  # fmt: skip
+    """The model's final-normed hidden states of ``ids`` ``[1, n]`` at ``positions`` ``[n]``, every layer writing
+    its K/V into the cache there; ``attend(layer, q)`` is the attention over the cache."""
+    cfg = model.cfg
+    cos, sin = (table[:, : cfg.head_dim // 2] for table in model.rotary(positions))
+    return decoder_layers(steps, layers, model.model.norm.weight, (cfg.num_heads, cfg.num_kv_heads), cfg.rms_norm_eps,
+                          model.model.embed_tokens(ids), (cos, sin), positions, partial(_sequence_major, cache),
+                          attend)  # fmt: skip
 
 
 def _sequence_major(cache: KVCache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,7 +188,7 @@ def _sequence_major(cache: KVCache, layer: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def fused_window_logits(model: Transformer, layers: list[FusedLayer], cache: KVCache, ids: torch.Tensor,
-                        length: torch.Tensor, store: int, kernels: str) -> torch.Tensor:  # fmt: skip
+                        length: torch.Tensor, store: int, steps: LayerSteps) -> torch.Tensor:  # fmt: skip
     """Logits ``[n, V]`` of ``ids`` ``[1, n]`` placed after the first ``length`` cached positions (a 1-element
     device tensor, so a CUDA graph can replay this for any length).
 
@@ -117,7 +196,7 @@ def fused_window_logits(model: Transformer, layers: list[FusedLayer], cache: KVC
     scratch there (the cache's length does not move, and the next pass overwrites them), which is what lets
     the block attention read the window from the cache in place. The first ``store`` rows (a finished block
     committed in the same pass) attend to the cache and themselves only; the rest attend to everything."""
-    n = ids.shape[1]
+    n, kernels = ids.shape[1], steps.kernels
 
     def attend(layer: int, q: torch.Tensor) -> torch.Tensor:
         k_cache, v_cache = _sequence_major(cache, layer)
@@ -129,11 +208,11 @@ def fused_window_logits(model: Transformer, layers: list[FusedLayer], cache: KVC
         return out
 
     positions = length + torch.arange(n, device=ids.device)
-    return F.linear(_hidden_states(model, layers, cache, ids, positions, attend, kernels)[0], model.output_weight())
+    return steps.product(_hidden_states(model, layers, cache, ids, positions, attend, steps), model.output_weight())[0]
 
 
 def fused_prefill_chunk(model: Transformer, layers: list[FusedLayer], cache: KVCache, ids: torch.Tensor,
-                        start: int | torch.Tensor, block_size: int, kernels: str) -> torch.Tensor:  # fmt: skip
+                        start: int | torch.Tensor, block_size: int, steps: LayerSteps) -> torch.Tensor:  # fmt: skip
     """Hidden states ``[1, n, hidden]`` of a prompt chunk ``ids`` ``[1, n]`` at positions ``start..``, block-causal
     over absolute positions, its K/V stored there (what :func:`dlm.decoding.prefill.prefill_blocks` runs per
     chunk; the caller commits it). With ``start`` a 1-element device tensor (a graphed prefill) the attention
@@ -147,7 +226,7 @@ def fused_prefill_chunk(model: Transformer, layers: list[FusedLayer], cache: KVC
         k_cache, v_cache = _sequence_major(cache, layer)
         if isinstance(start, int):
             k_cache, v_cache = k_cache[:, : start + n], v_cache[:, : start + n]
-        return block_causal_attention(q, k_cache, v_cache, block_size, q_offset=start, path=kernels)
+        return block_causal_attention(q, k_cache, v_cache, block_size, q_offset=start, path=steps.kernels)
 
     positions = start + torch.arange(n, device=ids.device)
-    return _hidden_states(model, layers, cache, ids, positions, attend, kernels)
+    return steps.normed(_hidden_states(model, layers, cache, ids, positions, attend, steps))

@@ -25,10 +25,11 @@ import torch.nn.functional as F
 
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.prefill import ChunkForward
-from dlm.fused_layers import fused_layers, fused_prefill_chunk, fused_window_logits
+from dlm.fused_layers import LayerSteps, fused_layers, fused_prefill_chunk, fused_window_logits
 from dlm.kv_cache import KVCache
 from dlm.model import Transformer
 from kernels.cuda_graphs import GraphedCallable, capture
+from kernels.pdl import programmatic_launch
 
 GRAPH_SETTINGS = ("auto", "on", "off")
 MIN_PREFILL_GRAPH = 64  # the shortest padded prefill chunk a graph is captured for (few graphs, little padding)
@@ -45,17 +46,17 @@ class GraphedForward(CachedForward):
     """:class:`CachedForward` whose denoising passes and whole-block prompt chunks run captured CUDA graphs (the
     token-shift families' separate commit passes stay eager: they happen once per block)."""
 
-    def __init__(self, model: Transformer, cache: KVCache, kernels: str = "torch") -> None:
-        """``kernels``: the resolved kernel path ("triton" or "torch") of the fused layers' steps."""
+    def __init__(self, model: Transformer, cache: KVCache, steps: LayerSteps | None = None) -> None:
+        """``steps``: how the fused layers' steps launch (default: the torch path)."""
         super().__init__(model, cache)
-        self.kernels = kernels
+        self.steps = steps or LayerSteps()
         self._graphs: dict[tuple[object, ...], GraphedCallable] = {}  # (queries, stored rows) or a prefill's
         self._length = torch.zeros(1, dtype=torch.long, device=self.device)
         self._fused = fused_layers(model)  # before any capture binds the weights
 
     def _static_pass(self, store: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """(ids [1, n], length [1]) -> logits [n, V], the first ``store`` rows' K/V kept: what a graph captures."""
-        return partial(fused_window_logits, self.model, self._fused, self.cache, store=store, kernels=self.kernels)
+        return partial(fused_window_logits, self.model, self._fused, self.cache, store=store, steps=self.steps)
 
     def prefill_chunk(self, block_size: int) -> ChunkForward:
         """The fused layers, graphed per padded chunk length (see :meth:`_prefill_graphed`)."""
@@ -69,9 +70,9 @@ class GraphedForward(CachedForward):
         start, n = self.cache.length, ids.shape[1]
         padded_n = max(MIN_PREFILL_GRAPH, 1 << (n - 1).bit_length())
         if start % block_size or n % block_size or padded_n % block_size or start + padded_n > self.cache.capacity:
-            return fused_prefill_chunk(self.model, self._fused, self.cache, ids, start, block_size, self.kernels)
+            return fused_prefill_chunk(self.model, self._fused, self.cache, ids, start, block_size, self.steps)
         run = partial(fused_prefill_chunk, self.model, self._fused, self.cache, block_size=block_size,
-                      kernels=self.kernels)  # fmt: skip
+                      steps=self.steps)  # fmt: skip
         padded = F.pad(ids, (0, padded_n - n))  # padded with token 0: any id would do
         hidden = self._run_graph(("prefill", padded_n, block_size), run, padded)
         return hidden[:, :n].clone()  # the graph's output buffer is overwritten by its next replay
@@ -79,13 +80,15 @@ class GraphedForward(CachedForward):
     def _run_graph(self, key: tuple[object, ...], run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                    ids: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """``run(ids, length)`` after the cache's length, replayed from the graph captured for ``key`` (captured
-        on first use: capture warms up by running the pass, and the KV it writes is rewritten by the replay)."""
+        on first use: capture warms up by running the pass, and the KV it writes is rewritten by the replay; with
+        ``steps.pdl`` the graph keeps the launches' programmatic dependencies)."""
         self._length.fill_(self.cache.length)
         inputs = (ids, self._length)
         graph = self._graphs.get(key)
-        if graph is None:
-            graph = self._graphs[key] = capture(run, inputs)
-        return graph(*inputs)
+        with programmatic_launch(self.steps.pdl):
+            if graph is None:
+                graph = self._graphs[key] = capture(run, inputs)
+            return graph(*inputs)
 
     def _replay(self, ids: torch.Tensor, store: int) -> torch.Tensor:
         """Logits [n, V] for ``ids`` after the cache, storing the KV of the first ``store`` of them."""
@@ -112,7 +115,7 @@ class GraphedStatePool:
     """
 
     def __init__(self, model: Transformer, kernels: str, keep: int = 4) -> None:
-        self.model, self.kernels, self.keep = model, kernels, keep
+        self.model, self.steps, self.keep = model, LayerSteps(kernels), keep
         self._free: dict[int, list[GraphedForward]] = {}
         self._lock = threading.Lock()  # sessions may be released from any thread
 
@@ -122,7 +125,7 @@ class GraphedStatePool:
             free = self._free.get(capacity)
             state = free.pop() if free else None
         if state is None:
-            return GraphedForward(self.model, KVCache(self.model.cfg, capacity, dtype=dtype, device=device), self.kernels)
+            return GraphedForward(self.model, KVCache(self.model.cfg, capacity, dtype=dtype, device=device), self.steps)
         state.reset()
         return state
 

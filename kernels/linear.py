@@ -20,11 +20,13 @@ from kernels.fused import silu_mul
 MAX_ROWS = 16
 
 
-def _check(x: torch.Tensor, weight: torch.Tensor, gated: bool, norm: tuple[torch.Tensor, float] | None,
-           add_to: torch.Tensor | None) -> None:  # fmt: skip
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gated: bool,
+           norm: tuple[torch.Tensor, float] | None, add_to: torch.Tensor | None) -> None:  # fmt: skip
     if x.shape[-1] != weight.shape[-1] * (2 if gated else 1) or weight.dim() != 2 or x.dtype != weight.dtype:
         raise ValueError(f"linear: x {tuple(x.shape)} {x.dtype} and weight {tuple(weight.shape)} {weight.dtype}"
                          + (" (gated: x is gate then up, twice the weight's width)" if gated else ""))  # fmt: skip
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"linear: bias {tuple(bias.shape)} for weight {tuple(weight.shape)}")
     if norm is not None and (gated or norm[0].shape != x.shape[-1:]):
         raise ValueError(f"linear: a norm weight {tuple(norm[0].shape)} must match x's last dim {x.shape[-1]}, "
                          "and a gated product takes none")  # fmt: skip
@@ -36,19 +38,19 @@ def _check(x: torch.Tensor, weight: torch.Tensor, gated: bool, norm: tuple[torch
             raise ValueError("linear: add_to is updated while x is read, so it must not share x's memory")
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, *, path: str = "auto", gated: bool = False,
-           norm: tuple[torch.Tensor, float] | None = None, add_to: torch.Tensor | None = None,
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, path: str = "auto",
+           gated: bool = False, norm: tuple[torch.Tensor, float] | None = None, add_to: torch.Tensor | None = None,
            **launch: int) -> torch.Tensor:  # fmt: skip
-    """``x [..., K] @ weight [N, K]^T``; ``gated``: of ``silu_mul(x [..., 2K])``; ``norm`` ``(weight [K], eps)``:
+    """``x [..., K] @ weight [N, K]^T + bias``; ``gated``: of ``silu_mul(x [..., 2K])``; ``norm`` ``(weight [K], eps)``:
     of ``rms_norm(x) * weight``; ``add_to`` ``[..., N]``: added to it in place, and it is returned. ``launch``:
     the thin kernel's tile and split parameters (``block_n``, ``block_k``, ``split_k``, ``num_stages``,
     ``num_warps``, ``prefetch_bytes``), for the GPU check's sweeps."""
-    _check(x, weight, gated, norm, add_to)
+    _check(x, weight, bias, gated, norm, add_to)
     rows = x.reshape(-1, x.shape[-1])
     if rows.shape[0] > MAX_ROWS or kernel_path(path, x.device) == "torch":
         if norm is not None:
             x = F.rms_norm(x, x.shape[-1:], norm[0], norm[1])
-        product = F.linear(silu_mul(x, path=path) if gated else x, weight)
+        product = F.linear(silu_mul(x, path=path) if gated else x, weight, bias)
         return product if add_to is None else add_to.add_(product)
     from kernels import thin_linear_triton
 
@@ -56,6 +58,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, *, path: str = "auto", gated: 
     out = rows.new_empty(rows.shape[0], weight.shape[0]) if add_to is None else add_to.view(rows.shape[0], -1)
     thin_linear_triton.thin_linear(rows, weight if weight.stride(-1) == 1 else weight.contiguous(), out,
                                    gated=gated, norm_weight=None if norm is None else norm[0].contiguous(),
-                                   eps=0.0 if norm is None else norm[1], add=add_to is not None,
+                                   eps=0.0 if norm is None else norm[1], bias=bias, add=add_to is not None,
                                    **launch)  # fmt: skip
     return out.view(*x.shape[:-1], weight.shape[0]) if add_to is None else add_to

@@ -9,7 +9,7 @@ second launch sums the fp32 partials. The steps around a layer's products ride a
 formed tile by tile as it is read; ``norm_weight``: the input is the RMSNorm of the activation, whose weight is
 applied as each tile is read and whose per-row scale factors out of the sum over K, so it is applied once at the
 end from the sum of squares of the tiles read (no K splits then); ``add``: the output is the residual stream,
-to which the product is added in place. Launched
+to which the product is added in place; ``bias``: added to the product (Qwen2-style q/k/v). Launched
 with PDL (``kernels.pdl``), a program asks L2 for the start of its weight strip before it waits for the
 kernel that writes its activation: the weights never depend on it. A candidate: the GPU check's sweep times
 it against cuBLAS per shape.
@@ -39,10 +39,10 @@ PREFETCH_BYTES = 8 << 20
 
 @triton.jit
 def _thin_linear_kernel(
-    x_ptr, sx, w_ptr, sw, norm_ptr, eps, part_ptr, out_ptr, so, M, N, K, k_chunk,
+    x_ptr, sx, w_ptr, sw, norm_ptr, eps, bias_ptr, part_ptr, out_ptr, so, M, N, K, k_chunk,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
-    GATED: tl.constexpr, NORM: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr, PREFETCH_LINES: tl.constexpr,
-    LINE: tl.constexpr,
+    GATED: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -61,7 +61,7 @@ def _thin_linear_kernel(
     x_tile = x_ptr + rm[None, :] * sx + (k_lo + rk)[:, None]
     norm_tile = norm_ptr + k_lo + rk
     acc = tl.zeros([BLOCK_N, 16], tl.float32)  # the output transposed: [N, M]
-    squares = tl.zeros([16], tl.float32)  # each row's sum of squares, for NORM
+    squares = tl.zeros([BLOCK_K, 16], tl.float32)  # for NORM, each row's squares, summed over K after the loop
     for i in range(0, tl.cdiv(k_left, BLOCK_K)):  # a counted loop with moving pointers: Triton pipelines it
         k_ok = rk < k_left - i * BLOCK_K
         w = tl.load(w_tile, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
@@ -72,7 +72,7 @@ def _thin_linear_kernel(
             xt = ((gate / (1.0 + tl.exp(-gate))).to(xt.dtype).to(tl.float32) * up).to(xt.dtype)
         if NORM:
             xf = xt.to(tl.float32)
-            squares += tl.sum(xf * xf, 0)
+            squares += xf * xf
             xt = (xf * tl.load(norm_tile, mask=k_ok, other=0.0).to(tl.float32)[:, None]).to(xt.dtype)
             norm_tile += BLOCK_K
         if UPCAST:
@@ -81,9 +81,11 @@ def _thin_linear_kernel(
         w_tile += BLOCK_K
         x_tile += BLOCK_K
     if NORM:
-        acc *= tl.rsqrt(squares / K + eps)[None, :]
+        acc *= tl.rsqrt(tl.sum(squares, 0) / K + eps)[None, :]
     ok = n_ok[:, None] & m_ok[None, :]
     if SPLIT == 1:
+        if BIAS:
+            acc += tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
         _store_output(out_ptr + rm[None, :] * so + rn[:, None], acc, ok, ADD)
     else:
         tl.store(part_ptr + (split * 16 + rm[None, :]).to(tl.int64) * N + rn[:, None], acc, mask=ok)
@@ -99,8 +101,8 @@ def _store_output(at, acc, ok, ADD: tl.constexpr):
 
 
 @triton.jit
-def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr,
-                       GDC: tl.constexpr):  # fmt: skip
+def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                       BIAS: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
     wait_for_previous_kernel(GDC)
     rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     rm = tl.arange(0, 16)
@@ -108,16 +110,19 @@ def _sum_splits_kernel(part_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: 
     acc = tl.zeros([16, BLOCK], tl.float32)
     for s in tl.static_range(SPLIT):
         acc += tl.load(part_ptr + (s * 16 + rm[:, None]).to(tl.int64) * N + rn[None, :], mask=ok, other=0.0)
+    if BIAS:
+        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     _store_output(out_ptr + rm[:, None] * so + rn[None, :], acc, ok, ADD)
 
 
 def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,
                 block_k: int = BLOCK_K, split_k: int | None = None, num_stages: int = 4, num_warps: int = 4,
                 prefetch_bytes: int = PREFETCH_BYTES, gated: bool = False, norm_weight: torch.Tensor | None = None,
-                eps: float = 0.0, add: bool = False) -> torch.Tensor:  # fmt: skip
+                eps: float = 0.0, bias: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:  # fmt: skip
     """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims); ``gated``: x is
     ``[M, 2K]``, gate then up, and the input is ``silu(gate) * up``; ``norm_weight`` ``[K]``: the input is
-    ``rms_norm(x, eps) * norm_weight`` (K unsplit); ``add``: ``out += ...`` (``out`` must not overlap ``x``).
+    ``rms_norm(x, eps) * norm_weight`` (K unsplit); ``bias`` ``[N]``: added to the product; ``add``: ``out +=
+    ...`` (``out`` must not overlap ``x``).
     ``split_k`` None: unsplit up to ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
     M, K = x.shape[0], weight.shape[1]
     N = weight.shape[0]
@@ -134,14 +139,16 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     prefetch_lines = (_prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
                       if launch["GDC"] else 0)  # fmt: skip
     _thin_linear_kernel[grid](
-        x, x.stride(0), weight, weight.stride(0), x if norm_weight is None else norm_weight, eps, part, out,
-        out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x),
-        GATED=gated, NORM=norm_weight is not None, ADD=add, PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
+        x, x.stride(0), weight, weight.stride(0), x if norm_weight is None else norm_weight, eps,
+        x if bias is None else bias, part, out, out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n, BLOCK_K=block_k,
+        SPLIT=split_k, **dot_options(x), GATED=gated, NORM=norm_weight is not None, BIAS=bias is not None, ADD=add,
+        PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     if split_k > 1:
         block = 256
-        _sum_splits_kernel[(triton.cdiv(N, block),)](part, out, out.stride(0), M, N, SPLIT=split_k, BLOCK=block,
-                                                     ADD=add, **launch)  # fmt: skip
+        _sum_splits_kernel[(triton.cdiv(N, block),)](part, x if bias is None else bias, out, out.stride(0), M, N,
+                                                     SPLIT=split_k, BLOCK=block, BIAS=bias is not None, ADD=add,
+                                                     **launch)  # fmt: skip
     return out
 
 

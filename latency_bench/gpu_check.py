@@ -420,10 +420,10 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
     from latency_bench.gpu_shapes import RandomQwen3
 
     dev = plan.device
-    # the Triton path once more with the block's matrix products on the thin kernel instead of cuBLAS (the add-norms
-    # and SwiGLU inside them), and once
-    # with those and every other kernel of a step launched with PDL (candidates; the unfused layer steps, timed
-    # until 2026-12-04, cost twice the fused ones: gpu_check_h200_2026-12-04_run7.md)
+    # the Triton path once more with the block's matrix products on the thin kernel instead of cuBLAS (the
+    # add-norms and SwiGLU inside them), and once with those and every other kernel of a step launched with PDL
+    # (candidates; the unfused layer steps, timed until 2026-12-04, cost twice the fused ones:
+    # gpu_check_h200_2026-12-04_run7.md)
     variants = [(path, False, False) for path in plan.paths]
     variants += [("triton", True, False), ("triton", True, True)] * ("triton" in plan.paths)
     for name in plan.shapes:
@@ -452,11 +452,12 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
             torch.cuda.empty_cache()
 
 
-def _engine_row(report: Report, model, shape, prompt: int, kernels: str, reps: int) -> None:
+def _engine_row(report: Report, model, shape, prompt: int, steps, reps: int) -> None:
     from latency_bench.gpu_engine import time_engine_pass
 
+    kernels = steps.label
     row = {"model": f"dlm Transformer ({model.cfg.model_type})", "shape": shape.name, "prompt": prompt,
-           "kernels": kernels, **time_engine_pass(model, prompt, kernels, reps)}  # fmt: skip
+           "kernels": kernels, **time_engine_pass(model, prompt, steps, reps)}  # fmt: skip
     lean = [r["pass_ms"] for r in report.models if (r["shape"], r["prompt"], r["path"]) == (shape.name, prompt, kernels)]
     row["lean_bench_pass_ms"] = lean[0] if lean else None
     report.engine_at_scale.append(row)
@@ -468,16 +469,19 @@ def _engine_row(report: Report, model, shape, prompt: int, kernels: str, reps: i
 
 def run_engine_at_scale(plan: Plan, report: Report) -> None:
     """The engine's own model at the largest benchmark shape: what a real checkpoint of that size would cost
-    per pass, set beside the lean benchmark model's pass (the same weights to read, fewer kernels)."""
+    per pass, set beside the lean benchmark model's pass (the same weights to read, fewer kernels). The
+    first family also runs the candidate launches (the thin product with the add-norms in it, under PDL)."""
+    from dlm.fused_layers import LayerSteps
     from latency_bench.gpu_engine import ENGINE_FAMILIES, engine_model
 
     shape = _shape(plan.shapes[-1])
+    candidate = [LayerSteps("triton", thin=True, pdl=True)] if "triton" in plan.paths else []
     for family in ENGINE_FAMILIES:
         model = engine_model(shape, max(plan.prompts) + 64, plan.device, torch.bfloat16, family)
         for prompt in plan.prompts:
-            for kernels in plan.paths:
-                report.attempt(f"engine model {family} {shape.name} L={prompt} [{kernels}]",
-                               partial(_engine_row, report, model, shape, prompt, kernels, max(1, plan.reps // 2)))  # fmt: skip
+            for steps in [LayerSteps(path) for path in plan.paths] + candidate * (family == ENGINE_FAMILIES[0]):
+                report.attempt(f"engine model {family} {shape.name} L={prompt} [{steps.label}]",
+                               partial(_engine_row, report, model, shape, prompt, steps, max(1, plan.reps // 2)))  # fmt: skip
         del model
         if plan.device.type == "cuda":
             torch.cuda.empty_cache()

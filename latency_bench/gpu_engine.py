@@ -20,6 +20,7 @@ import torch
 if TYPE_CHECKING:
     from dlm.decoding.block_causal import CachedForward
     from dlm.engine import Engine
+    from dlm.fused_layers import LayerSteps
     from dlm.model import Transformer
     from latency_bench.gpu_shapes import Shape
 
@@ -105,9 +106,10 @@ def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.
     return model.eval().requires_grad_(False)
 
 
-def time_engine_pass(model: Transformer, prompt: int, kernels: str, reps: int) -> dict[str, object]:
+def time_engine_pass(model: Transformer, prompt: int, steps: LayerSteps, reps: int) -> dict[str, object]:
     """One denoising pass of a 16-token block after ``prompt`` cached positions, the way a session runs it
-    (``GraphedForward``: a captured graph on CUDA, fused layers for this Qwen3 shape) and eagerly
+    (``GraphedForward``: a captured graph on CUDA, fused layers for this Qwen3 shape, launched as ``steps``
+    says) and eagerly
     (``CachedForward``), each forward's prefill of the prompt, the first block cold (that prefill and four
     graphed passes), the eager pass's kernel count and summed kernel time, and how closely the two passes'
     logits agree."""
@@ -124,7 +126,7 @@ def time_engine_pass(model: Transformer, prompt: int, kernels: str, reps: int) -
     ids = torch.randint(0, cfg.vocab_size - 1, (prompt,), generator=torch.Generator().manual_seed(0)).tolist()
     window = torch.full((16,), cfg.mask_token_id, dtype=torch.long, device=device)
     rows = torch.arange(16, device=device)
-    forwards = {"graphed": GraphedForward(model, cache(), kernels), "eager": CachedForward(model, cache())}
+    forwards = {"graphed": GraphedForward(model, cache(), steps), "eager": CachedForward(model, cache())}
     passes, figures = {}, {}
     with torch.no_grad():
         for name, forward in forwards.items():

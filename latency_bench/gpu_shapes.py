@@ -9,14 +9,12 @@ Every input of a denoising step is a device tensor, so the whole step can be CUD
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
-import torch.nn.functional as F
 
+from dlm.fused_layers import FusedLayer, Hidden, LayerSteps, decoder_layers
 from kernels import block_attention, block_causal_attention, select_confident
-from kernels.fused import add_rms_norm, qk_norm_rope, silu_mul
-from kernels.linear import linear
 from kernels.pdl import programmatic_launch
 
 
@@ -43,18 +41,6 @@ SHAPES = {
 EPS = 1e-6  # Qwen3's rms_norm_eps
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.rms_norm(x, (x.shape[-1],), weight, EPS)  # one fused kernel on CUDA
-
-
-@dataclass(frozen=True)
-class PendingNorm:
-    """``rms_norm(x) * weight`` not yet computed: the thin kernel applies it as its product reads ``x``."""
-
-    x: torch.Tensor
-    weight: torch.Tensor
-
-
 class RandomQwen3:
     """Random weights and a static ``[layers, B, capacity, Hkv, D]`` KV cache on one device."""
 
@@ -73,18 +59,14 @@ class RandomQwen3:
 
         self.embed = w(s.vocab, s.hidden)  # tied with the LM head
         self.layers = [
-            {
-                "qkv": w(qkv_out, s.hidden),
-                "o": w(s.hidden, s.heads * s.head_dim),
-                "gate_up": w(2 * s.intermediate, s.hidden),
-                "down": w(s.hidden, s.intermediate),
-                "in_norm": torch.ones(s.hidden, device=device, dtype=dtype),
-                "post_norm": torch.ones(s.hidden, device=device, dtype=dtype),
-                "q_norm": torch.ones(s.head_dim, device=device, dtype=dtype),
-                "k_norm": torch.ones(s.head_dim, device=device, dtype=dtype),
-            }
+            FusedLayer(qkv=w(qkv_out, s.hidden), qkv_bias=None, o=w(s.hidden, s.heads * s.head_dim),
+                       gate_up=w(2 * s.intermediate, s.hidden), down=w(s.hidden, s.intermediate),
+                       in_norm=torch.ones(s.hidden, device=device, dtype=dtype),
+                       post_norm=torch.ones(s.hidden, device=device, dtype=dtype),
+                       q_norm=torch.ones(s.head_dim, device=device, dtype=dtype),
+                       k_norm=torch.ones(s.head_dim, device=device, dtype=dtype))
             for _ in range(s.layers)
-        ]
+        ]  # fmt: skip
         self.final_norm = torch.ones(s.hidden, device=device, dtype=dtype)
         self.new_cache(batch, capacity)
 
@@ -102,55 +84,25 @@ class RandomQwen3:
 
     @property
     def label(self) -> str:
-        """The kernel path, the matrix products' kernel and the launches: what a timing row is of."""
-        label = f"{self.path}, thin GEMM" if self.thin else self.path
-        return f"{label}, PDL" if self.pdl else label
+        return self.steps.label
 
     def weight_bytes(self) -> int:
         """Bytes a block pass must read: every layer weight plus the (tied) LM head once."""
-        tensors = [t for p in self.layers for t in p.values()] + [self.embed, self.final_norm]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        tensors = [getattr(p, f.name) for p in self.layers for f in fields(p)] + [self.embed, self.final_norm]
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
-    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | PendingNorm:
-        """``rms_norm(x) * weight``: a launch of its own, or with ``thin`` left to the product that reads it."""
-        return PendingNorm(x, weight) if self.thin else _rms(x, weight)
-
-    def _mm(self, h: torch.Tensor | PendingNorm, weight: torch.Tensor, gated: bool = False) -> torch.Tensor:
-        """``h @ weight.T`` (``gated``: of SwiGLU's activation of ``h``): cuBLAS after a ``silu_mul`` launch, or
-        with ``thin`` the thin kernel for a block's rows, which forms the activation or the norm as it reads."""
-        if isinstance(h, PendingNorm):
-            return linear(h.x, weight, path="triton", norm=(h.weight, EPS), **self.thin_launch)
-        if self.thin:
-            return linear(h, weight, path="triton", gated=gated, **self.thin_launch)
-        return (silu_mul(h, path=self.path) if gated else h) @ weight.T
-
-    def _add_norm(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, norm: torch.Tensor,
-                  gated: bool = False) -> torch.Tensor | PendingNorm:  # fmt: skip
-        """``x += a @ weight.T`` (``gated``: of SwiGLU's activation of ``a``), then ``rms_norm(x) * norm`` for the
-        next product: the add fused with the norm, or with ``thin`` the add inside the product and the norm
-        inside the next one."""
-        if self.thin:
-            linear(a, weight, path="triton", gated=gated, add_to=x, **self.thin_launch)
-            return PendingNorm(x, norm)
-        return add_rms_norm(x, self._mm(a, weight, gated), norm, EPS, path=self.path)
+    @property
+    def steps(self) -> LayerSteps:
+        """How the layers launch, from ``path``, ``thin``, ``pdl`` and ``thin_launch``."""
+        return LayerSteps(self.path, self.thin, self.pdl, self.thin_launch)
 
     def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                attend: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor | PendingNorm:  # fmt: skip
+                attend: Callable[[int, torch.Tensor], torch.Tensor]) -> Hidden:  # fmt: skip
         """Every layer over ``x`` (the residual stream, updated in place), writing each layer's K/V at
-        ``positions``; ``attend(layer, q)`` is the attention. Returns the final-normed hidden states.
-
-        Each residual add is fused with the RMSNorm that follows it, so a layer is its four matrix
-        products, one q/k norm + RoPE + KV write, the attention, two add-norms and one SwiGLU activation;
-        on the thin kernel the products take the add-norms and the activation in."""
-        s, path = self.shape, self.path
-        h = self._norm(x, self.layers[0]["in_norm"])
-        for i, p in enumerate(self.layers):
-            q = qk_norm_rope(self._mm(h, p["qkv"]), s.heads, s.kv_heads, p["q_norm"], p["k_norm"], EPS, cos, sin, positions,
-                             self.k_cache[i], self.v_cache[i], path=path)  # fmt: skip
-            h = self._add_norm(x, attend(i, q).flatten(2), p["o"], p["post_norm"])
-            following = self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
-            h = self._add_norm(x, self._mm(h, p["gate_up"]), p["down"], following, gated=True)
-        return h
+        ``positions``; ``attend(layer, q)`` is the attention. Returns the final-normed hidden states."""
+        s = self.shape
+        return decoder_layers(self.steps, self.layers, self.final_norm, (s.heads, s.kv_heads), EPS, x, (cos, sin),
+                              positions, lambda i: (self.k_cache[i], self.v_cache[i]), attend)  # fmt: skip
 
     def prefill(self, tokens: torch.Tensor, block_size: int) -> None:
         """Fill cache positions ``0..L-1`` with block-causal attention (no logits are needed)."""
@@ -172,7 +124,7 @@ class RandomQwen3:
             return block_attention(q, self.k_cache[i], self.v_cache[i], lengths, path=self.path)
 
         h = self._layers(self.embed[tokens], self.cos[positions], self.sin[positions], positions, attend)
-        return self._mm(h, self.embed)
+        return self.steps.product(h, self.embed)
 
     def denoise_step(
         self, tokens: torch.Tensor, masked: torch.Tensor, start: torch.Tensor, threshold: float = 0.9

@@ -1,6 +1,6 @@
 """The fused layer path: the same logits and cache contents as the model's own layers, with the weights stacked
-in place rather than copied, on both kernel paths (Triton interpreted on the CPU), for Qwen3-style layers (q/k
-norms) and Qwen2-style ones (q/k/v biases)."""
+in place rather than copied, on both kernel paths (Triton interpreted on the CPU) and on the thin product that
+takes the add-norms in, for Qwen3-style layers (q/k norms) and Qwen2-style ones (q/k/v biases)."""
 
 import pytest
 import torch
@@ -8,11 +8,13 @@ import torch
 from dlm.checkpoint import load_checkpoint
 from dlm.decoding.block_causal import CachedForward
 from dlm.decoding.prefill import prefill_blocks
-from dlm.fused_layers import fused_layers, fused_prefill_chunk, fused_window_logits
+from dlm.fused_layers import LayerSteps, fused_layers, fused_prefill_chunk, fused_window_logits
 from dlm.kv_cache import KVCache
 from kernels.dispatch import triton_available
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="needs the triton package")
+STEPS = [pytest.param(LayerSteps("torch"), id="torch"), pytest.param(LayerSteps("triton"), id="triton", marks=needs_triton),
+         pytest.param(LayerSteps("triton", thin=True), id="thin", marks=needs_triton)]  # fmt: skip
 
 
 def test_stacking_rebinds_the_projections_as_views_without_changing_them(fixtures_dir):
@@ -41,8 +43,8 @@ def test_qwen2_style_layers_stack_their_biases_and_have_no_qk_norm(fixtures_dir)
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])  # Qwen3-style layers, and Qwen2-style (biases)
-@pytest.mark.parametrize("kernels", ["torch", pytest.param("triton", marks=needs_triton)])
-def test_fused_pass_matches_the_models_layers(fixtures_dir, kernels, family):
+@pytest.mark.parametrize("steps", STEPS)
+def test_fused_pass_matches_the_models_layers(fixtures_dir, steps, family):
     model, _ = load_checkpoint(fixtures_dir / family / "checkpoint")
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, model.cfg.vocab_size - 2, (13,), generator=gen).tolist()
@@ -55,12 +57,12 @@ def test_fused_pass_matches_the_models_layers(fixtures_dir, kernels, family):
     length = torch.tensor([eager.length])
     layers = fused_layers(model)
 
-    got = fused_window_logits(model, layers, fused_cache, window[None], length, store=0, kernels=kernels)
+    got = fused_window_logits(model, layers, fused_cache, window[None], length, store=0, steps=steps)
     torch.testing.assert_close(got, eager.denoise(window, torch.arange(4)), atol=1e-5, rtol=1e-5)
 
     # A finished block committed in the same pass: its rows do not see the window, and its K/V is stored.
     ids = torch.cat((pending, window))[None]
-    got = fused_window_logits(model, layers, fused_cache, ids, length, store=4, kernels=kernels)
+    got = fused_window_logits(model, layers, fused_cache, ids, length, store=4, steps=steps)
     want = eager.denoise(window, torch.arange(4), pending)
     torch.testing.assert_close(got[4:], want, atol=1e-5, rtol=1e-5)
     n = eager.length
@@ -69,8 +71,8 @@ def test_fused_pass_matches_the_models_layers(fixtures_dir, kernels, family):
 
 
 @pytest.mark.parametrize("start_on_device", [False, True], ids=["int-start", "tensor-start"])
-@pytest.mark.parametrize("kernels", ["torch", pytest.param("triton", marks=needs_triton)])
-def test_fused_prefill_fills_the_cache_like_the_models_layers(fixtures_dir, kernels, start_on_device):
+@pytest.mark.parametrize("steps", STEPS)
+def test_fused_prefill_fills_the_cache_like_the_models_layers(fixtures_dir, steps, start_on_device):
     """Two prompts in chunks of two blocks: the same K/V and last logits. With the start an int the second
     prompt starts inside a block; with the start on the device (as a graphed prefill runs, on whole blocks) the
     attention reads the whole cache, whose stale rows after the chunk must stay hidden."""
@@ -86,13 +88,20 @@ def test_fused_prefill_fills_the_cache_like_the_models_layers(fixtures_dir, kern
 
     def run_chunk(piece: torch.Tensor) -> torch.Tensor:
         start = torch.tensor([fused.length]) if start_on_device else fused.length
-        return fused_prefill_chunk(model, layers, fused, piece, start, 4, kernels)
+        return fused_prefill_chunk(model, layers, fused, piece, start, 4, steps)
 
     for prompt in (first, second):
         want = prefill_blocks(model, caches["model"], prompt, 4, chunk=8)
         got = prefill_blocks(model, fused, prompt, 4, chunk=8, run_chunk=run_chunk)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert fused.length == caches["model"].length == 24
+    tolerance = 1e-5 if steps.thin else 1e-6  # the thin product scales by the norm after its sum, not before
     for name in ("k", "v"):
         torch.testing.assert_close(getattr(fused, name)[:, :, :, :24], getattr(caches["model"], name)[:, :, :, :24],
-                                   atol=1e-6, rtol=1e-6)  # fmt: skip
+                                   atol=tolerance, rtol=tolerance)  # fmt: skip
+
+
+def test_the_candidates_run_on_the_triton_path_only():
+    for candidate in ({"thin": True}, {"pdl": True}):
+        with pytest.raises(ValueError, match="Triton path"):
+            LayerSteps("torch", **candidate)

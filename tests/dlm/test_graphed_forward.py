@@ -9,6 +9,7 @@ import torch
 from dlm.checkpoint import load_checkpoint
 from dlm.decoding.block_causal import CachedForward
 from dlm.engine import Engine
+from dlm.fused_layers import LayerSteps
 from dlm.graphed_forward import GraphedForward, graphs_enabled
 from dlm.kv_cache import KVCache
 from kernels.dispatch import triton_available
@@ -27,7 +28,8 @@ def test_setting_is_checked_and_auto_means_cuda_only():
 
 def _pair(model, prompt: list[int], block: int, kernels: str) -> tuple[CachedForward, GraphedForward]:
     """Eager and static forwards over identical caches holding ``prompt``'s full blocks."""
-    eager, static = CachedForward(model, KVCache(model.cfg, 96)), GraphedForward(model, KVCache(model.cfg, 96), kernels)
+    eager = CachedForward(model, KVCache(model.cfg, 96))
+    static = GraphedForward(model, KVCache(model.cfg, 96), LayerSteps(kernels))
     for forward in (eager, static):
         forward.extend(prompt, block)
     return eager, static

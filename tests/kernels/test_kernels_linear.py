@@ -124,3 +124,19 @@ def test_folded_steps_that_cannot_work_are_refused():
     square = torch.randn(4, 32)
     with pytest.raises(ValueError, match="must not share x's memory"):
         linear(square, torch.randn(32, 32), path="triton", add_to=square)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("k", "normed"), [(96, True), (2300, False)])  # Qwen2-style q/k/v; a K split's sum
+def test_a_bias_is_added_once_whether_or_not_k_is_split(dtype, k, normed):
+    gen = torch.Generator().manual_seed(k)
+    x, norm_weight = torch.randn(9, k, generator=gen).to(dtype), (1.0 + torch.rand(k, generator=gen)).to(dtype)
+    weight, bias = (torch.randn(40, k, generator=gen) * 0.1).to(dtype), (torch.randn(40, generator=gen) * 5).to(dtype)
+    norm = (norm_weight, 1e-6) if normed else None
+    want = F.linear(F.rms_norm(x.float(), (k,), norm_weight.float(), 1e-6) if normed else x.float(), weight.float(),
+                    bias.float())  # fmt: skip
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(linear(x, weight, bias, path="triton", norm=norm).float(), want, atol=atol, rtol=rtol)
+    torch.testing.assert_close(linear(x, weight, bias, path="torch", norm=norm).float(), want, atol=atol, rtol=rtol)
+    with pytest.raises(ValueError, match="bias"):
+        linear(x, weight, bias[:-1], path="triton")
