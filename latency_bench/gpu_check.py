@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -656,9 +657,13 @@ def main(argv: list[str] | None = None) -> int:
             questions = QUESTIONS[:1] if plan.dry_run else QUESTIONS
             sections.append(("engine", lambda: report.engine.extend(
                 run_engine_timings(plan.device, plan.reps // 5 or 1, plan.paths, questions))))
+    seconds = report.env["section_seconds"] = {}  # what each section costs of the run's time limit
     for name, run in sections:
         print(f"== {name}", flush=True)
+        started = time.perf_counter()
         report.attempt(name, run)
+        seconds[name] = round(time.perf_counter() - started, 1)
+        print(f"   {name}: {seconds[name]} s", flush=True)
         evaluate_goals(report)
         md, js = write_results(report, args.out_dir, args.dry_run)  # after every section: a timeout keeps the rest
     print(f"wrote {md} and {js}")

@@ -14,6 +14,10 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     (js,) = tmp_path.glob("gpu_check_dryrun_*.json")
     report = json.loads(js.read_text())
     assert report["errors"] == []
+    assert list(report["env"]["section_seconds"]) == [  # the sections in order, each with what it cost
+        "copy bandwidth", "correctness", "kernel timings", "model shapes", "tuning sweep", "engine model at scale",
+        "engine"]
+    assert all(seconds >= 0 for seconds in report["env"]["section_seconds"].values())
     assert len(report["correctness"]) >= 10 and all(c["ok"] for c in report["correctness"])
     kernels = {r["kernel"] for r in report["kernels"]}
     assert {"confidence", "block_attention (tensor len)", "block_causal_attention"} <= kernels
