@@ -12,7 +12,7 @@ The model's own q/k/v and gate/up weights are rebound as views of the concatenat
 doubled and the eager paths (prefill without graphs, commit passes) keep working.
 
 :class:`LayerSteps` says how the steps launch; with ``thin`` (a candidate, off in the engine until the GPU check
-shows it wins) the matrix products take the add-norms and the SwiGLU activation in, 8 launches a layer.
+shows it wins) the matrix products take the add-norms and the SwiGLU activation in, 7 launches a layer.
 """
 
 from __future__ import annotations
@@ -105,9 +105,9 @@ class LayerSteps:
     """How a pass's layer steps launch. ``kernels``: the fused steps' path ("triton" or "torch"), the matrix
     products on cuBLAS. ``thin`` (Triton only; a candidate the GPU check times, off until it wins there): a
     block's products on the thin kernel (:func:`kernels.linear.linear`), which takes each residual add, RMSNorm
-    and SwiGLU activation in, so a layer is 8 launches instead of 10. ``pdl``: graphed passes launch their
-    Triton kernels with programmatic dependent launch (:mod:`kernels.pdl`). ``thin_launch``: the thin kernel's
-    launch parameters, for the GPU check's sweeps."""
+    and SwiGLU activation in and sums its K splits itself, so a layer is 7 launches instead of 10. ``pdl``:
+    graphed passes launch their Triton kernels with programmatic dependent launch (:mod:`kernels.pdl`).
+    ``thin_launch``: the thin kernel's launch parameters, for the GPU check's sweeps."""
 
     kernels: str = "torch"
     thin: bool = False

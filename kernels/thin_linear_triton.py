@@ -3,8 +3,9 @@
 A 16-token pass of a 1.7B model is bound by reading its weights, and at 16 rows cuBLAS reads them at 53-75 %
 of the H200's copy bandwidth (``latency_bench/results/gpu_check_h200_2026-12-04_run5.md``). Here each program
 streams a ``[BLOCK_N, BLOCK_K]`` strip of the weight against the whole (cached) activation, computing the
-output transposed so the weight's rows are the dot's wide side; a long K is split across programs and a
-second launch sums the fp32 partials. The steps around a layer's products ride along, each a launch fewer:
+output transposed so the weight's rows are the dot's wide side; a long K is split across programs, and of the
+programs of a column tile the one that finishes last (an atomic count says which) sums their fp32 partials, so
+a split product is still one launch. The steps around a layer's products ride along, each a launch fewer:
 ``gated``: the activation is a fused gate/up projection and the product's input is SwiGLU's ``silu(gate) * up``,
 formed tile by tile as it is read; ``norm_weight``: the input is the RMSNorm of the activation, whose weight is
 applied as each tile is read and whose per-row scale factors out of the sum over K, so it is applied once at the
@@ -16,6 +17,8 @@ it against cuBLAS per shape.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -39,7 +42,7 @@ PREFETCH_BYTES = 8 << 20
 
 @triton.jit
 def _thin_linear_kernel(
-    x_ptr, sx, w_ptr, sw, norm_ptr, eps, bias_ptr, part_ptr, out_ptr, so, M, N, K, k_chunk,
+    x_ptr, sx, w_ptr, sw, norm_ptr, eps, bias_ptr, part_ptr, count_ptr, out_ptr, so, M, N, K, k_chunk,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
     GATED: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr,
     PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
@@ -84,35 +87,40 @@ def _thin_linear_kernel(
         acc *= tl.rsqrt(tl.sum(squares, 0) / K + eps)[None, :]
     ok = n_ok[:, None] & m_ok[None, :]
     if SPLIT == 1:
-        if BIAS:
-            acc += tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
-        _store_output(out_ptr + rm[None, :] * so + rn[:, None], acc, ok, ADD)
-    else:
-        tl.store(part_ptr + (split * 16 + rm[None, :]).to(tl.int64) * N + rn[:, None], acc, mask=ok)
+        _store_output(out_ptr + rm[None, :] * so + rn[:, None], acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
+    else:  # each split leaves its partial; the split that finishes last for these columns sums them
+        partials = part_ptr + rm[None, :].to(tl.int64) * N + rn[:, None]  # split s's at + s * 16 * N
+        tl.store(partials + split * 16 * N, acc, mask=ok)
+        tl.debug_barrier()  # every thread's partial is written before the count says so
+        if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") == SPLIT - 1:
+            acc = tl.zeros([BLOCK_N, 16], tl.float32)
+            for s in tl.static_range(SPLIT):  # read from L2: other SMs wrote them
+                acc += tl.load(partials + s * 16 * N, mask=ok, other=0.0, cache_modifier=".cg")
+            _store_output(out_ptr + rm[None, :] * so + rn[:, None], acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
+            tl.atomic_xchg(count_ptr + pid_n, 0)  # zero again for the next launch
 
 
 @triton.jit
-def _store_output(at, acc, ok, ADD: tl.constexpr):
-    """The product in the output's dtype (``ADD``: added to what is there, rounded as a separate add would)."""
+def _store_output(at, acc, bias_at, n_ok, ok, BIAS: tl.constexpr, ADD: tl.constexpr):
+    """The product (with ``BIAS``, plus the bias at ``bias_at``) in the output's dtype (``ADD``: added to what
+    is there, rounded as a separate add would)."""
+    if BIAS:
+        acc += tl.load(bias_at, mask=n_ok, other=0.0).to(tl.float32)[:, None]
     y = acc.to(at.dtype.element_ty)
     if ADD:
         y = (tl.load(at, mask=ok, other=0.0).to(tl.float32) + y.to(tl.float32)).to(at.dtype.element_ty)
     tl.store(at, y, mask=ok)
 
 
-@triton.jit
-def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, so, M, N, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
-                       BIAS: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
-    wait_for_previous_kernel(GDC)
-    rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    rm = tl.arange(0, 16)
-    ok = (rm < M)[:, None] & (rn < N)[None, :]
-    acc = tl.zeros([16, BLOCK], tl.float32)
-    for s in tl.static_range(SPLIT):
-        acc += tl.load(part_ptr + (s * 16 + rm[:, None]).to(tl.int64) * N + rn[None, :], mask=ok, other=0.0)
-    if BIAS:
-        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    _store_output(out_ptr + rm[:, None] * so + rn[None, :], acc, ok, ADD)
+COUNTERS = 1 << 16  # column tiles a split product may have: its grid's first dimension
+
+
+@functools.cache
+def _split_counts(device: torch.device) -> torch.Tensor:
+    """Per column tile, how many K splits have finished: zero between launches (the last split zeroes it).
+    One buffer per device for the process's lifetime, so a CUDA graph may hold its address; launches on one
+    stream share it (a pass's products run one after another)."""
+    return torch.zeros(COUNTERS, dtype=torch.int32, device=device)
 
 
 def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,
@@ -134,21 +142,19 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     split_k = triton.cdiv(K, k_chunk)
     part = torch.empty(split_k * 16 * N, dtype=torch.float32, device=x.device) if split_k > 1 else out
     grid = (triton.cdiv(N, block_n), split_k)
+    if split_k > 1 and grid[0] > COUNTERS:
+        raise ValueError(f"thin_linear: {grid[0]} column tiles of {block_n} with K split; at most {COUNTERS}")
+    counts = _split_counts(x.device) if split_k > 1 else part
     launch = pdl.launch_options(x.device)
     line = max(1, L2_LINE_BYTES // weight.element_size())
     prefetch_lines = (_prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
                       if launch["GDC"] else 0)  # fmt: skip
     _thin_linear_kernel[grid](
         x, x.stride(0), weight, weight.stride(0), x if norm_weight is None else norm_weight, eps,
-        x if bias is None else bias, part, out, out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n, BLOCK_K=block_k,
+        x if bias is None else bias, part, counts, out, out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n, BLOCK_K=block_k,
         SPLIT=split_k, **dot_options(x), GATED=gated, NORM=norm_weight is not None, BIAS=bias is not None, ADD=add,
         PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
-    if split_k > 1:
-        block = 256
-        _sum_splits_kernel[(triton.cdiv(N, block),)](part, x if bias is None else bias, out, out.stride(0), M, N,
-                                                     SPLIT=split_k, BLOCK=block, BIAS=bias is not None, ADD=add,
-                                                     **launch)  # fmt: skip
     return out
 
 

@@ -157,8 +157,8 @@ def _layer_step_launches(dtype: torch.dtype) -> None:
 def _folded_mlp_launches(dtype: torch.dtype, recorders: dict[str, _Recorder],
                          collect: Callable[[str, dict[str, _Recorder]], None], label: str) -> None:  # fmt: skip
     """A 1.7B layer's MLP on the thin kernel, each product collected under ``label``: gate/up of the residual
-    stream's RMSNorm, then down of their SwiGLU activation added to the residual stream (K split, the split sum
-    adding)."""
+    stream's RMSNorm, then down of their SwiGLU activation added to the residual stream (K split, the last split
+    of each column tile summing and adding)."""
     from kernels import thin_linear_triton
 
     x, gate_up = torch.zeros(16, 2048, dtype=dtype), torch.zeros(16, 12288, dtype=dtype)
@@ -166,7 +166,7 @@ def _folded_mlp_launches(dtype: torch.dtype, recorders: dict[str, _Recorder],
                                    norm_weight=torch.ones(2048, dtype=dtype), eps=1e-6)  # fmt: skip
     collect(f"{label} normed gate/up", recorders)
     thin_linear_triton.thin_linear(gate_up, torch.zeros(2048, 6144, dtype=dtype), x, gated=True, add=True)
-    collect(f"{label} gated down added (K split, summed)", recorders)
+    collect(f"{label} gated down added (K split)", recorders)
 
 
 def _qk_norm_rope_launch(dtype: torch.dtype, norm: bool) -> None:
@@ -186,7 +186,7 @@ def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None
 
     bf16 = torch.bfloat16
     with _programmatic_launches():
-        with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
+        with _recording(thin_linear_triton, ["_thin_linear_kernel"]) as recs:
             _folded_mlp_launches(bf16, recs, collect, "PDL thin_linear bf16")
         with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
             _layer_step_launches(bf16)
@@ -256,7 +256,7 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             collect(f"fused {dtype}", recs)
         _qk_norm_rope_launch(torch.float32, norm=False)
         collect("rope without norm fp32", recs)
-    with _recording(thin_linear_triton, ["_thin_linear_kernel", "_sum_splits_kernel"]) as recs:
+    with _recording(thin_linear_triton, ["_thin_linear_kernel"]) as recs:
         for dtype, split_k in [(torch.bfloat16, 1), (torch.bfloat16, 4), (torch.float32, 1)]:
             x, out = torch.zeros(16, 2048, dtype=dtype), torch.zeros(16, 4096, dtype=dtype)
             thin_linear_triton.thin_linear(x, torch.zeros(4096, 2048, dtype=dtype), out, split_k=split_k)

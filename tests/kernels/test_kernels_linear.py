@@ -16,7 +16,7 @@ TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 2e-2), torch.bfl
 @pytest.mark.parametrize(("rows", "n", "k", "launch"), [
     (16, 96, 256, {}),
     (5, 37, 200, {"block_n": 16, "block_k": 64}),  # nothing a multiple of its tile
-    (16, 40, 300, {"block_n": 16, "block_k": 64, "split_k": 3}),  # K split across programs, partials summed
+    (16, 40, 300, {"block_n": 16, "block_k": 64, "split_k": 3}),  # K split: the last split sums the partials
     (1, 16, 48, {"block_n": 16, "block_k": 32, "split_k": 4}),  # more splits asked for than K has tiles
     (16, 24, 2300, {}),  # K past 2048: split by default, 1536 columns a split
 ])  # fmt: skip
@@ -32,8 +32,19 @@ def test_thin_linear_matches_f_linear(dtype, rows, n, k, launch):
     from kernels import thin_linear_triton
 
     poisoned = torch.full((rows, n), float("nan"), dtype=dtype)  # every element must be written
-    thin_linear_triton.thin_linear(x[0], weight, poisoned, **launch)
+    thin_linear_triton.thin_linear(x[0], weight, poisoned, **launch)  # a second launch: the split counts are zero
     torch.testing.assert_close(poisoned, got[0], atol=0.0, rtol=0.0)
+    assert thin_linear_triton._split_counts(x.device).count_nonzero() == 0
+
+
+def test_a_split_product_with_more_column_tiles_than_counters_is_refused(monkeypatch):
+    from kernels import thin_linear_triton
+
+    monkeypatch.setattr(thin_linear_triton, "COUNTERS", 2)
+    x, weight = torch.randn(4, 300), torch.randn(40, 300)
+    with pytest.raises(ValueError, match="3 column tiles of 16 with K split; at most 2"):
+        linear(x, weight, path="triton", block_n=16, split_k=3)
+    torch.testing.assert_close(linear(x, weight, path="triton", block_n=16), F.linear(x, weight))  # unsplit: no count
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -88,7 +99,7 @@ def test_a_normed_product_is_the_product_of_the_rms_norm(dtype, rows, n, k, laun
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "n", "k", "launch", "gated"), [
     (16, 40, 96, {"block_n": 16, "block_k": 64}, False),
-    (7, 24, 2300, {}, True),  # a down projection: K split, the split sum adds to the residual
+    (7, 24, 2300, {}, True),  # a down projection: K split, the last split of a column tile adds to the residual
 ])  # fmt: skip
 def test_a_product_added_to_the_residual_stream_updates_it_in_place(dtype, rows, n, k, launch, gated):
     gen = torch.Generator().manual_seed(rows + n)
