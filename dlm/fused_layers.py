@@ -12,14 +12,15 @@ The model's own q/k/v and gate/up weights are rebound as views of the concatenat
 doubled and the eager paths (prefill without graphs, commit passes) keep working.
 
 :class:`LayerSteps` says how the steps launch; with ``thin`` (a candidate, off in the engine until the GPU check
-shows it wins) the matrix products take the add-norms and the SwiGLU activation in, 7 launches a layer.
+shows it wins) the matrix products take the add-norms, the SwiGLU activation and the q/k norm + RoPE + KV write
+in, 6 launches a layer.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -30,7 +31,7 @@ from dlm.kv_cache import KVCache
 from dlm.model import Transformer
 from kernels.block_attention import block_attention, block_causal_attention
 from kernels.fused import add_rms_norm, qk_norm_rope, silu_mul
-from kernels.linear import linear
+from kernels.linear import linear, qkv_norm_rope
 
 
 @dataclass(frozen=True)
@@ -105,14 +106,16 @@ class LayerSteps:
     """How a pass's layer steps launch. ``kernels``: the fused steps' path ("triton" or "torch"), the matrix
     products on cuBLAS. ``thin`` (Triton only; a candidate the GPU check times, off until it wins there): a
     block's products on the thin kernel (:func:`kernels.linear.linear`), which takes each residual add, RMSNorm
-    and SwiGLU activation in and sums its K splits itself, so a layer is 7 launches instead of 10. ``pdl``:
+    and SwiGLU activation in and sums its K splits itself, and the q/k/v product the q/k norm, RoPE and KV
+    write too, so a layer is 6 launches instead of 10. ``pdl``:
     graphed passes launch their Triton kernels with programmatic dependent launch (:mod:`kernels.pdl`).
-    ``thin_launch``: the thin kernel's launch parameters, for the GPU check's sweeps."""
+    ``prefetch_bytes``: the thin kernels' L2 prefetch budget under PDL, if not their default (the GPU check's
+    sweep)."""
 
     kernels: str = "torch"
     thin: bool = False
     pdl: bool = False
-    thin_launch: dict[str, int] = field(default_factory=dict)
+    prefetch_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if (self.thin or self.pdl) and self.kernels != "triton":
@@ -122,6 +125,22 @@ class LayerSteps:
     def label(self) -> str:
         """The kernel path, the matrix products' kernel and the launches: what a timing row is of."""
         return ", ".join([self.kernels] + ["thin GEMM"] * self.thin + ["PDL"] * self.pdl)
+
+    @property
+    def _launch(self) -> dict[str, int]:
+        return {} if self.prefetch_bytes is None else {"prefetch_bytes": self.prefetch_bytes}
+
+    def attention_input(self, h: Hidden, layer: FusedLayer, heads: tuple[int, int], eps: float,
+                        rope: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor,
+                        caches: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:  # fmt: skip
+        """q of ``layer``'s attention, its k and v written into ``caches`` at ``positions``: the q/k/v product, then
+        q/k norm + RoPE + KV write in one launch; with ``thin``, all of it one launch."""
+        if self.thin:
+            x, norm = (h.x, (h.weight, h.eps)) if isinstance(h, PendingNorm) else (h, None)
+            return qkv_norm_rope(x, layer.qkv, layer.qkv_bias, norm, *heads, layer.q_norm, layer.k_norm, eps, *rope,
+                                 positions, *caches, path="triton", **self._launch)  # fmt: skip
+        return qk_norm_rope(self.product(h, layer.qkv, layer.qkv_bias), *heads, layer.q_norm, layer.k_norm, eps, *rope,
+                            positions, *caches, path=self.kernels)  # fmt: skip
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> Hidden:
         """``rms_norm(x) * weight``: computed now, or with ``thin`` by the product that reads it."""
@@ -135,9 +154,9 @@ class LayerSteps:
                 gated: bool = False) -> torch.Tensor:  # fmt: skip
         """``h @ weight.T + bias`` (``gated``: of SwiGLU's activation of ``h``)."""
         if isinstance(h, PendingNorm):
-            return linear(h.x, weight, bias, path="triton", norm=(h.weight, h.eps), **self.thin_launch)
+            return linear(h.x, weight, bias, path="triton", norm=(h.weight, h.eps), **self._launch)
         if self.thin:
-            return linear(h, weight, bias, path="triton", gated=gated, **self.thin_launch)
+            return linear(h, weight, bias, path="triton", gated=gated, **self._launch)
         return F.linear(silu_mul(h, path=self.kernels) if gated else h, weight, bias)
 
     def add_norm(self, x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, norm: torch.Tensor, eps: float,
@@ -146,7 +165,7 @@ class LayerSteps:
         norm``: the add and the norm one launch, or with ``thin`` the add inside this product and the norm
         inside the next."""
         if self.thin:
-            linear(a, weight, path="triton", gated=gated, add_to=x, **self.thin_launch)
+            linear(a, weight, path="triton", gated=gated, add_to=x, **self._launch)
             return PendingNorm(x, norm, eps)
         return add_rms_norm(x, self.product(a, weight, gated=gated), norm, eps, path=self.kernels)
 
@@ -162,8 +181,7 @@ def decoder_layers(steps: LayerSteps, layers: list[FusedLayer], final_norm: torc
     benchmark model runs the same one."""
     h = steps.norm(x, layers[0].in_norm, eps)
     for i, p in enumerate(layers):
-        q = qk_norm_rope(steps.product(h, p.qkv, p.qkv_bias), *heads, p.q_norm, p.k_norm, eps, *rope, positions,
-                         *caches(i), path=steps.kernels)  # fmt: skip
+        q = steps.attention_input(h, p, heads, eps, rope, positions, caches(i))
         h = steps.add_norm(x, attend(i, q).flatten(2), p.o, p.post_norm, eps)
         following = layers[i + 1].in_norm if i + 1 < len(layers) else final_norm
         h = steps.add_norm(x, steps.product(h, p.gate_up), p.down, following, eps, gated=True)

@@ -51,6 +51,26 @@ def silu_mul(gate_up: torch.Tensor, *, path: str = "auto") -> torch.Tensor:
     return out
 
 
+def check_rope_inputs(
+    batch: int, tokens: int, width: int, heads: int, kv_heads: int, q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+    k_cache: torch.Tensor, v_cache: torch.Tensor,
+) -> int:  # fmt: skip
+    """The head dim of a fused q/k/v projection ``width`` wide, or a ValueError naming what does not fit (see
+    :func:`qk_norm_rope` for the shapes)."""
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError("qk_norm_rope: give both q and k norm weights, or neither")
+    if width % (heads + 2 * kv_heads) or (width // (heads + 2 * kv_heads)) % 2:
+        raise ValueError(f"qk_norm_rope: width {width} is not (heads + 2 kv_heads) x an even head dim")
+    D = width // (heads + 2 * kv_heads)
+    cache_shape = (batch, k_cache.shape[1], kv_heads, D)
+    if tuple(k_cache.shape) != cache_shape or tuple(v_cache.shape) != cache_shape:
+        raise ValueError(f"qk_norm_rope: caches must be {cache_shape}, got {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    if tuple(cos.shape) != (tokens, D // 2) or cos.shape != sin.shape or positions.shape != (tokens,):
+        raise ValueError(f"qk_norm_rope: cos/sin must be [{tokens}, {D // 2}] and positions [{tokens}]")
+    return D
+
+
 def qk_norm_rope(
     qkv: torch.Tensor, heads: int, kv_heads: int, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
     eps: float,
@@ -62,17 +82,8 @@ def qk_norm_rope(
     and write k and v into ``k_cache``/``v_cache`` ``[B, capacity, Hkv, D]`` at ``positions`` (``[T]`` int64,
     on the device, so a CUDA graph can move them). Returns q ``[B, T, H, D]``. Without norm weights (both None:
     Qwen2-style layers) q and k are only rotated."""
-    if (q_weight is None) != (k_weight is None):
-        raise ValueError("qk_norm_rope: give both q and k norm weights, or neither")
     B, T, width = qkv.shape
-    if width % (heads + 2 * kv_heads) or (width // (heads + 2 * kv_heads)) % 2:
-        raise ValueError(f"qk_norm_rope: width {width} is not (heads + 2 kv_heads) x an even head dim")
-    D = width // (heads + 2 * kv_heads)
-    cache_shape = (B, k_cache.shape[1], kv_heads, D)
-    if tuple(k_cache.shape) != cache_shape or tuple(v_cache.shape) != cache_shape:
-        raise ValueError(f"qk_norm_rope: caches must be {cache_shape}, got {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
-    if tuple(cos.shape) != (T, D // 2) or cos.shape != sin.shape or positions.shape != (T,):
-        raise ValueError(f"qk_norm_rope: cos/sin must be [{T}, {D // 2}] and positions [{T}]")
+    D = check_rope_inputs(B, T, width, heads, kv_heads, q_weight, k_weight, cos, sin, positions, k_cache, v_cache)
     if kernel_path(path, qkv.device) == "torch":
         return reference.qk_norm_rope_ref(qkv, heads, kv_heads, q_weight, k_weight, eps, cos, sin, positions,
                                           k_cache, v_cache)  # fmt: skip

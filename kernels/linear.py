@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.dispatch import kernel_path
-from kernels.fused import silu_mul
+from kernels.fused import check_rope_inputs, qk_norm_rope, silu_mul
 
 MAX_ROWS = 16
 
@@ -61,3 +61,24 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                                    eps=0.0 if norm is None else norm[1], bias=bias, add=add_to is not None,
                                    **launch)  # fmt: skip
     return out.view(*x.shape[:-1], weight.shape[0]) if add_to is None else add_to
+
+
+def qkv_norm_rope(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  norm: tuple[torch.Tensor, float] | None, heads: int, kv_heads: int, q_weight: torch.Tensor | None,
+                  k_weight: torch.Tensor | None, eps: float, cos: torch.Tensor, sin: torch.Tensor,
+                  positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *, path: str = "auto",
+                  **launch: int) -> torch.Tensor:  # fmt: skip
+    """``qk_norm_rope(linear(x, weight, bias, norm=norm), heads, ...)``: q ``[B, T, H, D]`` of ``x`` ``[B, T,
+    hidden]``, k and v written into the caches. For a block's rows on the Triton path one launch
+    (``kernels.qkv_rope_triton``; ``launch``: its ``split_k``, ``num_stages``, ``num_warps``, ``prefetch_bytes``)."""
+    _check(x, weight, bias, False, norm, None)
+    B, T, _ = x.shape
+    check_rope_inputs(B, T, weight.shape[0], heads, kv_heads, q_weight, k_weight, cos, sin, positions, k_cache,
+                      v_cache)  # fmt: skip
+    if B * T > MAX_ROWS or kernel_path(path, x.device) == "torch":
+        return qk_norm_rope(linear(x, weight, bias, path=path, norm=norm), heads, kv_heads, q_weight, k_weight, eps,
+                            cos, sin, positions, k_cache, v_cache, path=path)  # fmt: skip
+    from kernels import qkv_rope_triton
+
+    return qkv_rope_triton.qkv_rope(x, weight, bias, norm, heads, kv_heads, q_weight, k_weight, eps, cos, sin,
+                                    positions, k_cache, v_cache, **launch)  # fmt: skip

@@ -300,6 +300,44 @@ def check_qk_norm_rope(
             raise AssertionError(f"qk_norm_rope wrote {name} cache slots outside positions {start}..{start + tokens - 1}")
 
 
+def check_qkv_rope(
+    tokens: int, hidden: int, heads: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+    device: str = "cpu", *, batch: int = 1, start: int = 0, seed: int = 0, qk_norm: bool = True,
+    input_norm: bool = True, bias: bool = False, split_k: int | None = None,
+) -> None:  # fmt: skip
+    """The attention input in one launch (q/k/v product of the RMSNorm of the residual stream, q/k norm, RoPE,
+    KV write) against the product then ``qk_norm_rope`` on the torch path. The caches are poisoned: the written
+    slots must match, every other slot must still hold the poison."""
+    from kernels.fused import qk_norm_rope
+    from kernels.linear import linear, qkv_norm_rope
+
+    _triton(device)
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale + offset).to(dtype=dtype, device=device)
+
+    width = (heads + 2 * kv_heads) * head_dim
+    x, weight = rand(batch, tokens, hidden, scale=2.0), rand(width, hidden, scale=hidden**-0.5)
+    norm = (rand(hidden, scale=0.1, offset=1.0), 1e-6) if input_norm else None
+    qkv_bias = rand(width, scale=0.5) if bias else None
+    q_w, k_w = (rand(head_dim, scale=0.1, offset=1.0) if qk_norm else None for _ in range(2))
+    angles = torch.rand(tokens, head_dim // 2, generator=gen).to(device) * 100.0
+    positions = torch.arange(start, start + tokens, device=device)
+    caches = {p: [torch.full((batch, capacity, kv_heads, head_dim), float("nan"), dtype=dtype, device=device)
+                  for _ in range(2)] for p in ("fused", "steps")}  # fmt: skip
+    rope = (heads, kv_heads, q_w, k_w, 1e-6, angles.cos(), angles.sin(), positions)
+    want = qk_norm_rope(linear(x, weight, qkv_bias, path="torch", norm=norm), *rope, *caches["steps"], path="torch")
+    got = qkv_norm_rope(x, weight, qkv_bias, norm, *rope, *caches["fused"], path="triton", split_k=split_k)
+    what = f"qkv_rope {dtype} split_k={split_k}"
+    _assert_close(got, want, ATTENTION_TOL[dtype], f"{what} q")
+    written = slice(start, start + tokens)
+    for name, cache, expected in zip(("k", "v"), caches["fused"], caches["steps"], strict=True):
+        _assert_close(cache[:, written], expected[:, written], ATTENTION_TOL[dtype], f"{what} {name} cache")
+        if not torch.cat([cache[:, :start], cache[:, start + tokens:]], 1).isnan().all():
+            raise AssertionError(f"{what} wrote {name} cache slots outside positions {start}..{start + tokens - 1}")
+
+
 def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "cpu", *, repeats: int = 3,
                     seed: int = 0) -> None:  # fmt: skip
     """A layer's MLP half as the thin-product pass launches it under ``programmatic_launch``: the gate/up

@@ -41,19 +41,17 @@ PREFETCH_BYTES = 8 << 20
 
 
 @triton.jit
-def _thin_linear_kernel(
-    x_ptr, sx, w_ptr, sw, norm_ptr, eps, bias_ptr, part_ptr, count_ptr, out_ptr, so, M, N, K, k_chunk,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
-    GATED: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr,
-    PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
+def strip_product(
+    x_ptr, sx, w_ptr, sw, norm_ptr, rn, n_ok, m_ok, split, k_chunk, N, K,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr, GATED: tl.constexpr,
+    NORM: tl.constexpr, GDC: tl.constexpr, PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
 ):  # fmt: skip
-    pid_n = tl.program_id(0)
-    split = tl.program_id(1)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    """This program's share of the product: weight rows ``rn`` against K columns ``split * k_chunk ..`` of the
+    (at most 16) activation rows, as ``[BLOCK_N, 16]`` fp32, and with ``NORM`` the rows' sums of squares over
+    those columns (``[16]``; the norm weight is applied as the tiles are read, the row scale is the caller's).
+    Under PDL the weight strip's first lines are asked of L2 before waiting for the kernel before."""
     rm = tl.arange(0, 16)
     rk = tl.arange(0, BLOCK_K)
-    n_ok = rn < N
-    m_ok = rm < M
     k_lo = split * k_chunk
     k_left = tl.minimum(k_chunk, K - k_lo)  # this split's share of K
     if GDC and PREFETCH_LINES > 0:  # a pointer into each L2 line at the start of every row, clamped to the weight
@@ -83,21 +81,69 @@ def _thin_linear_kernel(
         acc = tl.dot(w, xt, acc, input_precision=PREC)
         w_tile += BLOCK_K
         x_tile += BLOCK_K
+    return acc, tl.sum(squares, 0)
+
+
+@triton.jit
+def leave_partial(acc, squares, part_ptr, squares_ptr, count_ptr, tile, split, rn, ok, N,
+                  SPLIT: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
+    """Store this split's partial product (and with ``NORM`` its sums of squares) for column tile ``tile``, and
+    count it in: True in the program that counts last, which may then read every split's partial (see
+    :func:`split_sums`) and must zero the count (:func:`reset_count`)."""
+    rm = tl.arange(0, 16)
+    tl.store(part_ptr + (split * 16 + rm[None, :]).to(tl.int64) * N + rn[:, None], acc, mask=ok)
     if NORM:
-        acc *= tl.rsqrt(tl.sum(squares, 0) / K + eps)[None, :]
-    ok = n_ok[:, None] & m_ok[None, :]
+        tl.store(squares_ptr + (tile * SPLIT + split) * 16 + rm, squares)
+    tl.debug_barrier()  # every thread's partial is written before the count says so
+    return tl.atomic_add(count_ptr + tile, 1, sem="acq_rel") == SPLIT - 1
+
+
+@triton.jit
+def split_sums(part_ptr, squares_ptr, tile, rn, ok, N, SPLIT: tl.constexpr, NORM: tl.constexpr):
+    """Every split's partials of rows ``rn`` summed (``[len(rn), 16]``), and with ``NORM`` their sums of squares
+    (``[16]``): read from L2, since other SMs wrote them."""
+    rm = tl.arange(0, 16)
+    acc = tl.zeros(ok.shape, tl.float32)
+    squares = tl.zeros([16], tl.float32)
+    for s in tl.static_range(SPLIT):
+        acc += tl.load(part_ptr + (s * 16 + rm[None, :]).to(tl.int64) * N + rn[:, None], mask=ok, other=0.0,
+                       cache_modifier=".cg")  # fmt: skip
+        if NORM:
+            squares += tl.load(squares_ptr + (tile * SPLIT + s) * 16 + rm, cache_modifier=".cg")
+    return acc, squares
+
+
+@triton.jit
+def reset_count(count_ptr, tile):
+    tl.atomic_xchg(count_ptr + tile, 0)  # zero again for the next launch
+
+
+@triton.jit
+def _thin_linear_kernel(
+    x_ptr, sx, w_ptr, sw, norm_ptr, eps, bias_ptr, part_ptr, squares_ptr, count_ptr, out_ptr, so, M, N, K, k_chunk,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
+    GATED: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr, ADD: tl.constexpr, GDC: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    split = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.arange(0, 16)
+    n_ok = rn < N
+    ok = n_ok[:, None] & (rm < M)[None, :]
+    acc, squares = strip_product(x_ptr, sx, w_ptr, sw, norm_ptr, rn, n_ok, rm < M, split, k_chunk, N, K, BLOCK_N,
+                                 BLOCK_K, PREC, UPCAST, GATED, NORM, GDC, PREFETCH_LINES, LINE)  # fmt: skip
+    out_at = out_ptr + rm[None, :] * so + rn[:, None]
     if SPLIT == 1:
-        _store_output(out_ptr + rm[None, :] * so + rn[:, None], acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
-    else:  # each split leaves its partial; the split that finishes last for these columns sums them
-        partials = part_ptr + rm[None, :].to(tl.int64) * N + rn[:, None]  # split s's at + s * 16 * N
-        tl.store(partials + split * 16 * N, acc, mask=ok)
-        tl.debug_barrier()  # every thread's partial is written before the count says so
-        if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") == SPLIT - 1:
-            acc = tl.zeros([BLOCK_N, 16], tl.float32)
-            for s in tl.static_range(SPLIT):  # read from L2: other SMs wrote them
-                acc += tl.load(partials + s * 16 * N, mask=ok, other=0.0, cache_modifier=".cg")
-            _store_output(out_ptr + rm[None, :] * so + rn[:, None], acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
-            tl.atomic_xchg(count_ptr + pid_n, 0)  # zero again for the next launch
+        if NORM:
+            acc *= tl.rsqrt(squares / K + eps)[None, :]
+        _store_output(out_at, acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
+    elif leave_partial(acc, squares, part_ptr, squares_ptr, count_ptr, pid_n, split, rn, ok, N, SPLIT, NORM):
+        acc, squares = split_sums(part_ptr, squares_ptr, pid_n, rn, ok, N, SPLIT, NORM)
+        if NORM:
+            acc *= tl.rsqrt(squares / K + eps)[None, :]
+        _store_output(out_at, acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
+        reset_count(count_ptr, pid_n)
 
 
 @triton.jit
@@ -113,6 +159,27 @@ def _store_output(at, acc, bias_at, n_ok, ok, BIAS: tl.constexpr, ADD: tl.conste
 
 
 COUNTERS = 1 << 16  # column tiles a split product may have: its grid's first dimension
+
+
+def k_chunks(K: int, split_k: int, block_k: int) -> tuple[int, int]:
+    """The K columns a split reads (whole tiles) and the splits that makes."""
+    k_chunk = triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k
+    return k_chunk, triton.cdiv(K, k_chunk)
+
+
+def split_buffers(grid: tuple[int, int], N: int, device: torch.device, name: str, always: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """A split product's scratch: fp32 partials ``[splits, 16, N]``, partial sums of squares ``[tiles, splits,
+    16]``, and the per-tile counts (one buffer per device). Unsplit (unless ``always``), one small placeholder
+    stands for all three."""
+    tiles, splits = grid
+    if splits == 1 and not always:
+        placeholder = torch.empty(1, dtype=torch.float32, device=device)
+        return placeholder, placeholder, placeholder
+    if tiles > COUNTERS:
+        raise ValueError(f"{name}: {tiles} column tiles with K split; at most {COUNTERS}")
+    part = torch.empty(splits * 16 * N, dtype=torch.float32, device=device)
+    return part, torch.empty(tiles * splits * 16, dtype=torch.float32, device=device), _split_counts(device)
 
 
 @functools.cache
@@ -134,24 +201,19 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     ``split_k`` None: unsplit up to ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
     M, K = x.shape[0], weight.shape[1]
     N = weight.shape[0]
-    if norm_weight is not None:
-        split_k = 1  # the norm's scale needs the whole row's sum of squares
-    elif split_k is None:
+    if split_k is None:
         split_k = 1 if K <= UNSPLIT_K else triton.cdiv(K, SPLIT_K_COLUMNS)
-    k_chunk = triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k
-    split_k = triton.cdiv(K, k_chunk)
-    part = torch.empty(split_k * 16 * N, dtype=torch.float32, device=x.device) if split_k > 1 else out
+    k_chunk, split_k = k_chunks(K, split_k, block_k)
     grid = (triton.cdiv(N, block_n), split_k)
-    if split_k > 1 and grid[0] > COUNTERS:
-        raise ValueError(f"thin_linear: {grid[0]} column tiles of {block_n} with K split; at most {COUNTERS}")
-    counts = _split_counts(x.device) if split_k > 1 else part
+    part, squares, counts = split_buffers(grid, N, x.device, "thin_linear")
     launch = pdl.launch_options(x.device)
     line = max(1, L2_LINE_BYTES // weight.element_size())
     prefetch_lines = (_prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
                       if launch["GDC"] else 0)  # fmt: skip
     _thin_linear_kernel[grid](
         x, x.stride(0), weight, weight.stride(0), x if norm_weight is None else norm_weight, eps,
-        x if bias is None else bias, part, counts, out, out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n, BLOCK_K=block_k,
+        x if bias is None else bias, part, squares, counts, out, out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n,
+        BLOCK_K=block_k,
         SPLIT=split_k, **dot_options(x), GATED=gated, NORM=norm_weight is not None, BIAS=bias is not None, ADD=add,
         PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip

@@ -3,10 +3,10 @@
 Run ``latency_bench/gpu_check.sh`` on a CUDA machine (PyTorch + Triton only, < 5 minutes on an
 H200). Sections: copy bandwidth; every kernel against its reference; each kernel launched from Python
 and replayed in a graph, against its torch reference and the bandwidth or compute floor; the issue's
-model shapes (Triton with cuBLAS; with the thin matrix product taking in the layer's add-norms and SwiGLU,
-and with that and PDL; torch), with a
-profile of where a pass's time goes; a sweep of the kernels' launch parameters; the engine's own model at
-the 1.7B shape; the engine on the demo checkpoint, graphs off and on. It writes
+model shapes (Triton with cuBLAS; with the thin matrix products taking in the layer's add-norms, SwiGLU and
+q/k norm + RoPE, and with that and PDL; torch), with a profile of where a pass's time goes; a sweep of the
+kernels' launch parameters; the engine's own model at the 1.7B shape; the engine on the demo checkpoint,
+graphs off and on. It writes
 ``latency_bench/results/gpu_check_<date>.md`` and ``.json``; ``--render JSON`` redraws a saved report's
 tables. ``--dry-run`` runs every section on the CPU with tiny shapes (Triton in its interpreter), so the
 script itself is tested without a GPU; its figures mean nothing.
@@ -163,6 +163,10 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("qk_norm_rope fp16 prefill b2", lambda d: sc.check_qk_norm_rope(prompt, *heads, head_dim, cap, f16, d, batch=2)),
         ("rope without norm (Qwen2 layers) bf16 block", lambda d: sc.check_qk_norm_rope(
             BLOCK, *heads, head_dim, cap, bf16, d, start=cap - BLOCK, norm=False)),
+        ("q/k/v + norms + RoPE + KV write in one launch bf16 block, K split", lambda d: sc.check_qkv_rope(
+            BLOCK, hidden, *heads, head_dim, cap, bf16, d, start=cap - BLOCK)),
+        ("the same, Qwen2 layer (bias, no q/k norm) fp16 b2", lambda d: sc.check_qkv_rope(
+            BLOCK // 2, hidden, *heads, head_dim, cap, f16, d, batch=2, qk_norm=False, bias=True, split_k=3)),
         ("PDL chain: normed gate/up, gated down added to the residual, normed product bf16", lambda d: sc.check_pdl_chain(
             hidden, 3 * hidden, bf16, d, repeats=3 if dry_run else 20)),
     ]  # fmt: skip
@@ -408,12 +412,12 @@ def _time_prefetch_budgets(plan: Plan, report: Report, model, length: int) -> No
     model.path, model.thin, model.pdl = "triton", True, True
     rows = []
     for budget in (None, *PREFETCH_BUDGETS_MB):
-        model.thin_launch = {} if budget is None else {"prefetch_bytes": budget << 20}
+        model.prefetch_bytes = None if budget is None else budget << 20
         runner = _BlockRunner(model, length)
         rows.append({"kernel": "model pass (thin GEMM, PDL)", "shape": f"{model.shape.name} L={length}",
                      "params": f"auto (prefetch {PREFETCH_BYTES >> 20} MB)" if budget is None else f"prefetch {budget} MB",
                      "ms": round(time_ms(runner.one_pass, plan.device, plan.warmup, plan.reps), 4)})  # fmt: skip
-    model.thin_launch = {}
+    model.prefetch_bytes = None
     report.tuning.extend(mark_best(rows))
 
 

@@ -50,7 +50,7 @@ class RandomQwen3:
         self.shape, self.path = shape, path
         self.thin = False  # the block's matrix products on the Triton thin kernel (a candidate) instead of cuBLAS
         self.pdl = False  # a denoising step's Triton kernels launched with PDL (kernels.pdl; a candidate)
-        self.thin_launch: dict[str, int] = {}  # the thin kernel's launch parameters, for the GPU check's sweeps
+        self.prefetch_bytes: int | None = None  # the thin kernels' L2 prefetch budget, for the GPU check's sweep
         s = shape
         qkv_out = (s.heads + 2 * s.kv_heads) * s.head_dim
 
@@ -93,8 +93,8 @@ class RandomQwen3:
 
     @property
     def steps(self) -> LayerSteps:
-        """How the layers launch, from ``path``, ``thin``, ``pdl`` and ``thin_launch``."""
-        return LayerSteps(self.path, self.thin, self.pdl, self.thin_launch)
+        """How the layers launch, from ``path``, ``thin``, ``pdl`` and ``prefetch_bytes``."""
+        return LayerSteps(self.path, self.thin, self.pdl, self.prefetch_bytes)
 
     def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                 attend: Callable[[int, torch.Tensor], torch.Tensor]) -> Hidden:  # fmt: skip

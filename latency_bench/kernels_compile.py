@@ -169,6 +169,18 @@ def _folded_mlp_launches(dtype: torch.dtype, recorders: dict[str, _Recorder],
     collect(f"{label} gated down added (K split)", recorders)
 
 
+def _qkv_rope_launch(dtype: torch.dtype, qk_norm: bool) -> None:
+    """A 1.7B layer's attention input in one launch at a 16-token block (16 / 8 heads of 128), from the RMSNorm of
+    the residual stream, K split in 4."""
+    from kernels import qkv_rope_triton
+
+    weight = torch.ones(128, dtype=dtype) if qk_norm else None
+    cache = torch.zeros(1, 528, 8, 128, dtype=dtype)
+    qkv_rope_triton.qkv_rope(torch.zeros(1, 16, 2048, dtype=dtype), torch.zeros(4096, 2048, dtype=dtype), None,
+                             (torch.ones(2048, dtype=dtype), 1e-6), 16, 8, weight, weight, 1e-6, torch.zeros(16, 64),
+                             torch.zeros(16, 64), torch.arange(16), cache, cache)  # fmt: skip
+
+
 def _qk_norm_rope_launch(dtype: torch.dtype, norm: bool) -> None:
     """A 16-token block's q/k norm (``norm``) + RoPE + KV write, 16 / 8 heads of 128."""
     from kernels import fused_triton
@@ -182,12 +194,15 @@ def _qk_norm_rope_launch(dtype: torch.dtype, norm: bool) -> None:
 
 def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None]) -> None:
     """A bf16 1.7B denoising pass's kernels, each launched to wait for the one before."""
-    from kernels import attention_triton, confidence_triton, fused_triton, thin_linear_triton
+    from kernels import attention_triton, confidence_triton, fused_triton, qkv_rope_triton, thin_linear_triton
 
     bf16 = torch.bfloat16
     with _programmatic_launches():
         with _recording(thin_linear_triton, ["_thin_linear_kernel"]) as recs:
             _folded_mlp_launches(bf16, recs, collect, "PDL thin_linear bf16")
+        with _recording(qkv_rope_triton, ["_qkv_rope_kernel"]) as recs:
+            _qkv_rope_launch(bf16, qk_norm=True)
+            collect("PDL qkv_rope bf16", recs)
         with _recording(fused_triton, ["_add_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_kernel"]) as recs:
             _layer_step_launches(bf16)
             _qk_norm_rope_launch(bf16, norm=True)
@@ -215,7 +230,14 @@ def _recording(module, names: list[str]):
 
 def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
     """Representative launches of every kernel, with the GPU tile configurations."""
-    from kernels import attention_triton, confidence_triton, fused_triton, rotary_triton, thin_linear_triton
+    from kernels import (
+        attention_triton,
+        confidence_triton,
+        fused_triton,
+        qkv_rope_triton,
+        rotary_triton,
+        thin_linear_triton,
+    )
 
     launches: list[tuple[str, object, tuple, dict]] = []
 
@@ -263,6 +285,10 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
             collect(f"thin_linear {dtype} split_k={split_k}", recs)
         for dtype in (torch.bfloat16, torch.float32):
             _folded_mlp_launches(dtype, recs, collect, f"thin_linear {dtype}")
+    with _recording(qkv_rope_triton, ["_qkv_rope_kernel"]) as recs:
+        for dtype, qk_norm in [(torch.bfloat16, True), (torch.bfloat16, False), (torch.float32, True)]:
+            _qkv_rope_launch(dtype, qk_norm)
+            collect(f"qkv_rope {dtype} q/k norm={qk_norm}", recs)
     _pass_launches_under_pdl(collect)
     return launches
 

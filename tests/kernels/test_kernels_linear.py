@@ -42,7 +42,7 @@ def test_a_split_product_with_more_column_tiles_than_counters_is_refused(monkeyp
 
     monkeypatch.setattr(thin_linear_triton, "COUNTERS", 2)
     x, weight = torch.randn(4, 300), torch.randn(40, 300)
-    with pytest.raises(ValueError, match="3 column tiles of 16 with K split; at most 2"):
+    with pytest.raises(ValueError, match="3 column tiles with K split; at most 2"):
         linear(x, weight, path="triton", block_n=16, split_k=3)
     torch.testing.assert_close(linear(x, weight, path="triton", block_n=16), F.linear(x, weight))  # unsplit: no count
 
@@ -81,7 +81,7 @@ def test_many_rows_and_the_torch_path_are_f_linear():
 @pytest.mark.parametrize(("rows", "n", "k", "launch"), [
     (16, 96, 256, {}),
     (5, 37, 200, {"block_n": 16, "block_k": 64}),  # nothing a multiple of its tile
-    (3, 24, 2300, {"split_k": 3}),  # a norm needs whole rows: K stays unsplit whatever is asked
+    (3, 24, 2300, {"split_k": 3}),  # K split: the last split scales by the whole rows' sums of squares
 ])  # fmt: skip
 def test_a_normed_product_is_the_product_of_the_rms_norm(dtype, rows, n, k, launch):
     gen = torch.Generator().manual_seed(n * k)
