@@ -289,13 +289,19 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
 
 
 def run_tuning(plan: Plan, report: Report) -> None:
-    from latency_bench.gpu_tuning import block_attention_sweep, confidence_sweep, thin_linear_sweep
+    from latency_bench.gpu_tuning import (
+        block_attention_sweep,
+        confidence_sweep,
+        qkv_rope_sweep,
+        thin_linear_sweep,
+    )
 
     s = _shape(plan.shapes[-1])
     caches = tuple(length + BLOCK for length in plan.prompts)
     report.tuning.extend(confidence_sweep(plan.device, plan.vocab, plan.confidence_batches[::2]))
     report.tuning.extend(block_attention_sweep(plan.device, s.heads, s.kv_heads, s.head_dim, caches, plan.batches))
     report.tuning.extend(thin_linear_sweep(plan.device, s))
+    report.tuning.extend(qkv_rope_sweep(plan.device, s, caches[0]))
     for row in report.tuning:
         if row["best"]:
             print(f"  {row['kernel']} {row['shape']}: best {row['params']} {row['ms']} ms, "

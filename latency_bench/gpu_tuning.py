@@ -102,3 +102,28 @@ def thin_linear_sweep(device: torch.device, shape: Shape) -> list[dict[str, obje
                          "params": f"thin block_n={block_n} block_k={block_k} split_k={split_k}",
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return mark_best(rows)
+
+
+def qkv_rope_sweep(device: torch.device, shape: Shape, cache: int) -> list[dict[str, object]]:
+    """A layer's attention input on a block's 16 rows, cache ``cache`` long: the q/k/v product on cuBLAS then the
+    fused q/k norm + RoPE + KV write (what a pass runs today, its input already normed), against the thin path's
+    one launch (the input's RMSNorm included) at each K split."""
+    from kernels.fused import qk_norm_rope
+    from kernels.linear import qkv_norm_rope
+
+    s, bf16 = shape, torch.bfloat16
+    x = torch.randn(1, 16, s.hidden, device=device).to(bf16)
+    weight = (torch.randn((s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden, device=device) * 0.02).to(bf16)
+    ones = torch.ones(s.head_dim, device=device, dtype=bf16)
+    angles = torch.rand(16, s.head_dim // 2, device=device)
+    caches = [torch.zeros(1, cache, s.kv_heads, s.head_dim, device=device, dtype=bf16) for _ in range(2)]
+    rope = (s.heads, s.kv_heads, ones, ones, 1e-6, angles.cos(), angles.sin(), torch.arange(16, device=device))
+    label = f"qkv 16x{s.hidden} + norm/RoPE/KV, cache {cache}"
+    rows = [{"kernel": "attention input", "shape": label, "params": "auto (cuBLAS + qk_norm_rope)",
+             "ms": round(_device_ms(lambda: qk_norm_rope(x @ weight.T, *rope, *caches, path="triton"), device), 4)}]
+    norm = (torch.ones(s.hidden, device=device, dtype=bf16), 1e-6)
+    for split_k in (1, 2) if device.type == "cpu" else (2, 4, 8):
+        run = partial(qkv_norm_rope, x, weight, None, norm, *rope, *caches, path="triton", split_k=split_k)
+        rows.append({"kernel": "attention input", "shape": label, "params": f"thin, one launch, split_k={split_k}",
+                     "ms": round(_device_ms(run, device), 4)})  # fmt: skip
+    return mark_best(rows)
