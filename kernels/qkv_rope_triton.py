@@ -24,6 +24,7 @@ from kernels.thin_linear_triton import (
     k_chunks,
     leave_partial,
     reset_count,
+    row_scale,
     split_buffers,
     split_sums,
     strip_product,
@@ -57,7 +58,7 @@ def _qkv_rope_kernel(
         x1, squares = split_sums(part_ptr, squares_ptr, head, head * D + rd, half_ok, N, SPLIT, NORM)
         x2, _ = split_sums(part_ptr, squares_ptr, head, head * D + HALF + rd, half_ok, N, SPLIT, False)
         if NORM:
-            scale = tl.rsqrt(squares / K + eps)[None, :]
+            scale = row_scale(squares, K, eps)
             x1, x2 = x1 * scale, x2 * scale
         if BIAS:
             x1 += tl.load(bias_ptr + head * D + rd).to(tl.float32)[:, None]

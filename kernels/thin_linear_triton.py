@@ -9,7 +9,7 @@ a split product is still one launch. The steps around a layer's products ride al
 ``gated``: the activation is a fused gate/up projection and the product's input is SwiGLU's ``silu(gate) * up``,
 formed tile by tile as it is read; ``norm_weight``: the input is the RMSNorm of the activation, whose weight is
 applied as each tile is read and whose per-row scale factors out of the sum over K, so it is applied once at the
-end from the sum of squares of the tiles read (no K splits then); ``add``: the output is the residual stream,
+end from the sums of squares of the tiles read (K splits leave theirs beside their partials); ``add``: the output is the residual stream,
 to which the product is added in place; ``bias``: added to the product (Qwen2-style q/k/v). Launched
 with PDL (``kernels.pdl``), a program asks L2 for the start of its weight strip before it waits for the
 kernel that writes its activation: the weights never depend on it. A candidate: the GPU check's sweep times
@@ -135,21 +135,26 @@ def _thin_linear_kernel(
                                  BLOCK_K, PREC, UPCAST, GATED, NORM, GDC, PREFETCH_LINES, LINE)  # fmt: skip
     out_at = out_ptr + rm[None, :] * so + rn[:, None]
     if SPLIT == 1:
-        if NORM:
-            acc *= tl.rsqrt(squares / K + eps)[None, :]
-        _store_output(out_at, acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
+        _store_output(out_at, acc, squares, K, eps, bias_ptr + rn, n_ok, ok, NORM, BIAS, ADD)
     elif leave_partial(acc, squares, part_ptr, squares_ptr, count_ptr, pid_n, split, rn, ok, N, SPLIT, NORM):
         acc, squares = split_sums(part_ptr, squares_ptr, pid_n, rn, ok, N, SPLIT, NORM)
-        if NORM:
-            acc *= tl.rsqrt(squares / K + eps)[None, :]
-        _store_output(out_at, acc, bias_ptr + rn, n_ok, ok, BIAS, ADD)
+        _store_output(out_at, acc, squares, K, eps, bias_ptr + rn, n_ok, ok, NORM, BIAS, ADD)
         reset_count(count_ptr, pid_n)
 
 
 @triton.jit
-def _store_output(at, acc, bias_at, n_ok, ok, BIAS: tl.constexpr, ADD: tl.constexpr):
-    """The product (with ``BIAS``, plus the bias at ``bias_at``) in the output's dtype (``ADD``: added to what
-    is there, rounded as a separate add would)."""
+def row_scale(squares, K, eps):
+    """RMSNorm's scale of each row ``[1, 16]``, from its sum of squares over all ``K`` columns."""
+    return tl.rsqrt(squares / K + eps)[None, :]
+
+
+@triton.jit
+def _store_output(at, acc, squares, K, eps, bias_at, n_ok, ok, NORM: tl.constexpr, BIAS: tl.constexpr,
+                  ADD: tl.constexpr):  # fmt: skip
+    """The whole product (with ``NORM``, scaled by the rows' norms; with ``BIAS``, plus the bias at ``bias_at``)
+    in the output's dtype (``ADD``: added to what is there, rounded as a separate add would)."""
+    if NORM:
+        acc *= row_scale(squares, K, eps)
     if BIAS:
         acc += tl.load(bias_at, mask=n_ok, other=0.0).to(tl.float32)[:, None]
     y = acc.to(at.dtype.element_ty)
@@ -196,8 +201,8 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
                 eps: float = 0.0, bias: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:  # fmt: skip
     """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims); ``gated``: x is
     ``[M, 2K]``, gate then up, and the input is ``silu(gate) * up``; ``norm_weight`` ``[K]``: the input is
-    ``rms_norm(x, eps) * norm_weight`` (K unsplit); ``bias`` ``[N]``: added to the product; ``add``: ``out +=
-    ...`` (``out`` must not overlap ``x``).
+    ``rms_norm(x, eps) * norm_weight``; ``bias`` ``[N]``: added to the product; ``add``: ``out += ...`` (``out``
+    must not overlap ``x``).
     ``split_k`` None: unsplit up to ``UNSPLIT_K``, else splits of about ``SPLIT_K_COLUMNS``."""
     M, K = x.shape[0], weight.shape[1]
     N = weight.shape[0]
@@ -212,10 +217,9 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
                       if launch["GDC"] else 0)  # fmt: skip
     _thin_linear_kernel[grid](
         x, x.stride(0), weight, weight.stride(0), x if norm_weight is None else norm_weight, eps,
-        x if bias is None else bias, part, squares, counts, out, out.stride(0), M, N, K, k_chunk, BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        SPLIT=split_k, **dot_options(x), GATED=gated, NORM=norm_weight is not None, BIAS=bias is not None, ADD=add,
-        PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
+        x if bias is None else bias, part, squares, counts, out, out.stride(0), M, N, K, k_chunk,
+        BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), GATED=gated, NORM=norm_weight is not None,
+        BIAS=bias is not None, ADD=add, PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     return out
 
