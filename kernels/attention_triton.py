@@ -3,7 +3,8 @@
 Block attention is decode-shaped: few queries (one block) against a long cache. One program
 owns one KV head and packs that head's whole GQA group of queries into its tile, so each K/V
 tile is read once per group; the cache is split across programs (flash-decoding) and a second
-launch merges the partial softmaxes. Prefill is the usual flash-attention forward with a
+launch merges the partial softmaxes, or (``one_launch``, a candidate the GPU check times) the split that
+finishes last merges them (``kernels.split_count_triton``). Prefill is the usual flash-attention forward with a
 block-causal mask, skipping the mask on tiles every query of the tile can see.
 """
 
@@ -16,6 +17,7 @@ import triton.language as tl
 from kernels import pdl
 from kernels.dispatch import sm_count
 from kernels.pdl_triton import wait_for_previous_kernel
+from kernels.split_count_triton import count_in, reset_count, split_counts
 
 NEG_BIG = tl.constexpr(-1.0e30)  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
 LOG2E = 1.4426950408889634
@@ -55,11 +57,13 @@ def _block_partials_kernel(
     q_ptr, sq_b, sq_n, sq_h,
     kc_ptr, vc_ptr, skc_b, skc_t, skc_h, svc_b, svc_t, svc_h,
     kb_ptr, vb_ptr, skb_b, skb_t, skb_h, svb_b, svb_t, svb_h,
-    len_ptr, o_part_ptr, m_part_ptr, l_part_ptr,
+    len_ptr, o_part_ptr, m_part_ptr, l_part_ptr, count_ptr, out_ptr, so_b, so_n, so_h,
     H_KV, n_rows, group, n_block, chunk, capacity, scale_log2, D,
     HAS_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr, GDC: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, MERGE: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
+    """A split's partial softmax for one tile of query rows; with ``MERGE`` the split that finishes last merges
+    every split's partials into the output (else :func:`_block_combine_kernel` does, a launch later)."""
     wait_for_previous_kernel(GDC)
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
@@ -101,6 +105,36 @@ def _block_partials_kernel(
     tl.store(m_part_ptr + part, m_i, mask=row_ok)
     tl.store(l_part_ptr + part, l_i, mask=row_ok)
     tl.store(o_part_ptr + part[:, None] * BLOCK_D + rd[None, :], acc, mask=row_ok[:, None])
+    if MERGE:
+        tile = pid_bh * tl.num_programs(2) + pid_m
+        if count_in(count_ptr, tile, n_splits):
+            out = _merged_splits(o_part_ptr, m_part_ptr, l_part_ptr, pid_bh * n_splits * n_rows + rm, row_ok,
+                                 n_splits, n_rows, rd, BLOCK_M, BLOCK_D)  # fmt: skip
+            o_off = b.to(tl.int64) * so_b + (rm // group) * so_n + h_q * so_h
+            tl.store(out_ptr + o_off[:, None] + rd[None, :], out.to(out_ptr.dtype.element_ty),
+                     mask=row_ok[:, None] & d_ok[None, :])  # fmt: skip
+            reset_count(count_ptr, tile)
+
+
+@triton.jit
+def _merged_splits(o_part_ptr, m_part_ptr, l_part_ptr, first, row_ok, n_splits, n_rows, rd,
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+    """The attention output of rows whose split ``s`` partials are at ``first + s * n_rows``: the splits' partial
+    softmaxes merged one at a time (an online rescale), read from L2 since other SMs wrote them."""
+    m_run = tl.full([BLOCK_M], NEG_BIG, tl.float32)
+    l_run = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for s in range(n_splits):
+        part = first + s * n_rows
+        m_s = tl.load(m_part_ptr + part, mask=row_ok, other=NEG_BIG, cache_modifier=".cg")
+        m_new = tl.maximum(m_run, m_s)
+        keep, take = tl.exp2(m_run - m_new), tl.exp2(m_s - m_new)
+        l_run = l_run * keep + take * tl.load(l_part_ptr + part, mask=row_ok, other=0.0, cache_modifier=".cg")
+        o = tl.load(o_part_ptr + part[:, None] * BLOCK_D + rd[None, :], mask=row_ok[:, None], other=0.0,
+                    cache_modifier=".cg")  # fmt: skip
+        acc = acc * keep[:, None] + take[:, None] * o
+        m_run = m_new
+    return acc / tl.where(l_run > 0.0, l_run, 1.0)[:, None]
 
 
 @triton.jit
@@ -207,8 +241,10 @@ def block_attention(
     out: torch.Tensor | None = None,
     splits: int | None = None,
     block_n: int | None = None,
+    one_launch: bool = False,
 ) -> torch.Tensor:
-    """Batched ``[B, Nq, Hq, D]`` queries over ``k_cache[:, :lengths[b]]`` (+ the block's K/V)."""
+    """Batched ``[B, Nq, Hq, D]`` queries over ``k_cache[:, :lengths[b]]`` (+ the block's K/V); ``one_launch``:
+    the split finishing last merges the partials (else a second launch does)."""
     q, k_cache, v_cache = _last_dim_contiguous(q, k_cache, v_cache)
     B, n_q, h_q, D = q.shape
     h_kv, cap = k_cache.shape[2], k_cache.shape[1]
@@ -242,15 +278,19 @@ def block_attention(
     l_part = torch.empty_like(m_part)
     m_tiles = triton.cdiv(n_rows, block_m)
     launch = pdl.launch_options(device)
+    out = torch.empty_like(q) if out is None else out
+    counts = split_counts(device, B * h_kv * m_tiles, "block_attention") if one_launch else m_part
     _block_partials_kernel[(B * h_kv, total_splits, m_tiles)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_cache, v_cache, *k_cache.stride()[:3], *v_cache.stride()[:3],
         k_block, v_block, *k_block.stride()[:3], *v_block.stride()[:3],
-        lengths, o_part, m_part, l_part,
+        lengths, o_part, m_part, l_part, counts, out, out.stride(0), out.stride(1), out.stride(2),
         h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, cap, scale * LOG2E, D,
-        HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q), **launch,
+        HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q), MERGE=one_launch,
+        **launch,
     )  # fmt: skip
-    out = torch.empty_like(q) if out is None else out
+    if one_launch:
+        return out
     _block_combine_kernel[(B * h_kv, n_rows)](
         o_part, m_part, l_part, out, out.stride(0), out.stride(1), out.stride(2),
         h_kv, n_rows, group, total_splits, D,

@@ -17,13 +17,13 @@ import triton.language as tl
 from kernels import pdl
 from kernels.attention_triton import dot_options
 from kernels.pdl_triton import L2_LINE_BYTES
+from kernels.split_count_triton import reset_count
 from kernels.thin_linear_triton import (
     BLOCK_K,
     PREFETCH_BYTES,
     _prefetch_lines,
     k_chunks,
     leave_partial,
-    reset_count,
     row_scale,
     split_buffers,
     split_sums,

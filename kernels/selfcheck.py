@@ -52,6 +52,14 @@ def _assert_close(got: torch.Tensor, want: torch.Tensor, tol: Tolerance, what: s
         )
 
 
+def _assert_counts_zero(device: str, what: str) -> None:
+    """A kernel that merges its splits in its last program leaves the split counts at zero for the next launch."""
+    from kernels.split_count_triton import device_counts
+
+    if device_counts(torch.device(device)).count_nonzero():
+        raise AssertionError(f"{what}: split counts left non-zero; the next launch would merge too early")
+
+
 def make_logits(
     batch: int, n: int, vocab: int, dtype: torch.dtype, device: str, gen: torch.Generator, ties: bool
 ) -> torch.Tensor:
@@ -157,8 +165,10 @@ def check_block_attention(
     seed: int = 0,
     splits: int | None = None,
     block_n: int | None = None,
+    one_launch: bool = False,
 ) -> None:
-    """Triton ``block_attention`` against the fp32 SDPA reference; cache slots past ``cache_len`` are NaN."""
+    """Triton ``block_attention`` against the fp32 SDPA reference; cache slots past ``cache_len`` are NaN.
+    ``one_launch``: the splits merged by the last one (see ``kernels.attention_triton``)."""
     from kernels import attention_triton
 
     _triton(device)
@@ -180,15 +190,19 @@ def check_block_attention(
     out = torch.full_like(q, float("nan"))
     scale = head_dim**-0.5
     got = attention_triton.block_attention(
-        q, k_cache, v_cache, lengths, k_block, v_block, scale, out=out, splits=splits, block_n=block_n
+        q, k_cache, v_cache, lengths, k_block, v_block, scale, out=out, splits=splits, block_n=block_n,
+        one_launch=one_launch,
     )
     if got.data_ptr() != out.data_ptr():
         raise AssertionError("block_attention did not write into the given out buffer")
     _assert_close(got, want, ATTENTION_TOL[dtype], f"block_attention {dtype}")
+    if one_launch:
+        _assert_counts_zero(device, "block_attention")
     if tensor_len:  # the public API with a device-tensor length (the CUDA-graph form) agrees too
         from kernels.block_attention import block_attention
 
-        again = block_attention(q, k_cache, v_cache, lengths[:1], k_block, v_block, path="triton")
+        again = block_attention(q, k_cache, v_cache, lengths[:1], k_block, v_block, path="triton",
+                                one_launch=one_launch)  # fmt: skip
         _assert_close(again, want, ATTENTION_TOL[dtype], f"block_attention {dtype} (tensor cache_len)")
 
 
@@ -336,6 +350,7 @@ def check_qkv_rope(
         _assert_close(cache[:, written], expected[:, written], ATTENTION_TOL[dtype], f"{what} {name} cache")
         if not torch.cat([cache[:, :start], cache[:, start + tokens:]], 1).isnan().all():
             raise AssertionError(f"{what} wrote {name} cache slots outside positions {start}..{start + tokens - 1}")
+    _assert_counts_zero(device, what)
 
 
 def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "cpu", *, repeats: int = 3,

@@ -18,8 +18,6 @@ it against cuBLAS per shape.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -28,6 +26,7 @@ from kernels import pdl
 from kernels.attention_triton import dot_options
 from kernels.dispatch import sm_count
 from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_kernel
+from kernels.split_count_triton import count_in, reset_count, split_counts
 
 # Launch defaults from the sweep of a 1.7B layer's products on an H200 (gpu_check_h200_2026-12-04_run7.md):
 # 64 x 128 tiles were the best or tied for q/k/v, o, gate/up and the LM head, without K splits at K = 2048;
@@ -94,8 +93,7 @@ def leave_partial(acc, squares, part_ptr, squares_ptr, count_ptr, tile, split, r
     tl.store(part_ptr + (split * 16 + rm[None, :]).to(tl.int64) * N + rn[:, None], acc, mask=ok)
     if NORM:
         tl.store(squares_ptr + (tile * SPLIT + split) * 16 + rm, squares)
-    tl.debug_barrier()  # every thread's partial is written before the count says so
-    return tl.atomic_add(count_ptr + tile, 1, sem="acq_rel") == SPLIT - 1
+    return count_in(count_ptr, tile, SPLIT)
 
 
 @triton.jit
@@ -111,11 +109,6 @@ def split_sums(part_ptr, squares_ptr, tile, rn, ok, N, SPLIT: tl.constexpr, NORM
         if NORM:
             squares += tl.load(squares_ptr + (tile * SPLIT + s) * 16 + rm, cache_modifier=".cg")
     return acc, squares
-
-
-@triton.jit
-def reset_count(count_ptr, tile):
-    tl.atomic_xchg(count_ptr + tile, 0)  # zero again for the next launch
 
 
 @triton.jit
@@ -163,9 +156,6 @@ def _store_output(at, acc, squares, K, eps, bias_at, n_ok, ok, NORM: tl.constexp
     tl.store(at, y, mask=ok)
 
 
-COUNTERS = 1 << 16  # column tiles a split product may have: its grid's first dimension
-
-
 def k_chunks(K: int, split_k: int, block_k: int) -> tuple[int, int]:
     """The K columns a split reads (whole tiles) and the splits that makes."""
     k_chunk = triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k
@@ -175,24 +165,15 @@ def k_chunks(K: int, split_k: int, block_k: int) -> tuple[int, int]:
 def split_buffers(grid: tuple[int, int], N: int, device: torch.device, name: str, always: bool = False
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """A split product's scratch: fp32 partials ``[splits, 16, N]``, partial sums of squares ``[tiles, splits,
-    16]``, and the per-tile counts (one buffer per device). Unsplit (unless ``always``), one small placeholder
-    stands for all three."""
+    16]``, and the per-tile counts (:mod:`kernels.split_count_triton`). Unsplit (unless ``always``), one small
+    placeholder stands for all three."""
     tiles, splits = grid
     if splits == 1 and not always:
         placeholder = torch.empty(1, dtype=torch.float32, device=device)
         return placeholder, placeholder, placeholder
-    if tiles > COUNTERS:
-        raise ValueError(f"{name}: {tiles} column tiles with K split; at most {COUNTERS}")
+    counts = split_counts(device, tiles, name)
     part = torch.empty(splits * 16 * N, dtype=torch.float32, device=device)
-    return part, torch.empty(tiles * splits * 16, dtype=torch.float32, device=device), _split_counts(device)
-
-
-@functools.cache
-def _split_counts(device: torch.device) -> torch.Tensor:
-    """Per column tile, how many K splits have finished: zero between launches (the last split zeroes it).
-    One buffer per device for the process's lifetime, so a CUDA graph may hold its address; launches on one
-    stream share it (a pass's products run one after another)."""
-    return torch.zeros(COUNTERS, dtype=torch.int32, device=device)
+    return part, torch.empty(tiles * splits * 16, dtype=torch.float32, device=device), counts
 
 
 def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,

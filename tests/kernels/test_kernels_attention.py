@@ -20,18 +20,23 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
         (1, 8, 2, 16, 50, 50, 1),  # a single query, full cache, GQA 4
     ],
 )
-def test_block_attention_with_block_kv(dtype, n_q, h_q, h_kv, head_dim, capacity, cache_len, splits):
-    check_block_attention(n_q, h_q, h_kv, head_dim, capacity, cache_len, dtype, splits=splits, seed=cache_len)
+@pytest.mark.parametrize("one_launch", [False, True], ids=["merge launch", "last split merges"])
+def test_block_attention_with_block_kv(dtype, n_q, h_q, h_kv, head_dim, capacity, cache_len, splits, one_launch):
+    check_block_attention(n_q, h_q, h_kv, head_dim, capacity, cache_len, dtype, splits=splits, seed=cache_len,
+                          one_launch=one_launch)  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_block_attention_block_already_in_cache(dtype):
-    check_block_attention(16, 4, 1, 32, 96, 77, dtype, batch=2, with_block=False, tensor_len=True, splits=4)
+@pytest.mark.parametrize("one_launch", [False, True], ids=["merge launch", "last split merges"])
+def test_block_attention_block_already_in_cache(dtype, one_launch):
+    check_block_attention(16, 4, 1, 32, 96, 77, dtype, batch=2, with_block=False, tensor_len=True, splits=4,
+                          one_launch=one_launch)  # fmt: skip
 
 
-def test_block_attention_many_rows_use_several_tiles():
-    # 24 queries x group 4 = 96 rows: more than one 64-row tile per KV head.
-    check_block_attention(24, 8, 2, 16, 40, 33, torch.float32, splits=2)
+@pytest.mark.parametrize("one_launch", [False, True], ids=["merge launch", "last split merges"])
+def test_block_attention_many_rows_use_several_tiles(one_launch):
+    # 24 queries x group 4 = 96 rows: more than one 64-row tile per KV head (two tiles counted apart).
+    check_block_attention(24, 8, 2, 16, 40, 33, torch.float32, splits=2, batch=2, one_launch=one_launch)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -29,20 +29,20 @@ def test_thin_linear_matches_f_linear(dtype, rows, n, k, launch):
     assert got.shape == (1, rows, n) and got.dtype == dtype
     atol, rtol = TOLERANCE[dtype]
     torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol)
-    from kernels import thin_linear_triton
+    from kernels import split_count_triton, thin_linear_triton
 
     poisoned = torch.full((rows, n), float("nan"), dtype=dtype)  # every element must be written
     thin_linear_triton.thin_linear(x[0], weight, poisoned, **launch)  # a second launch: the split counts are zero
     torch.testing.assert_close(poisoned, got[0], atol=0.0, rtol=0.0)
-    assert thin_linear_triton._split_counts(x.device).count_nonzero() == 0
+    assert split_count_triton.device_counts(x.device).count_nonzero() == 0
 
 
 def test_a_split_product_with_more_column_tiles_than_counters_is_refused(monkeypatch):
-    from kernels import thin_linear_triton
+    from kernels import split_count_triton
 
-    monkeypatch.setattr(thin_linear_triton, "COUNTERS", 2)
+    monkeypatch.setattr(split_count_triton, "COUNTERS", 2)
     x, weight = torch.randn(4, 300), torch.randn(40, 300)
-    with pytest.raises(ValueError, match="3 column tiles with K split; at most 2"):
+    with pytest.raises(ValueError, match="3 split tiles in one launch; at most 2"):
         linear(x, weight, path="triton", block_n=16, split_k=3)
     torch.testing.assert_close(linear(x, weight, path="triton", block_n=16), F.linear(x, weight))  # unsplit: no count
 

@@ -23,8 +23,5 @@ def test_the_fused_attention_input_matches_the_product_and_the_torch_steps(dtype
 
 
 def test_the_split_counts_are_left_at_zero_for_the_next_launch():
-    from kernels.thin_linear_triton import _split_counts
-
-    for seed in range(2):  # the second launch reuses the counts the first one used
+    for seed in range(2):  # the second launch reuses the counts the first one used (each check asserts them zero)
         selfcheck.check_qkv_rope(16, 96, 4, 2, 16, 32, torch.float32, seed=seed, split_k=3)
-    assert _split_counts(torch.device("cpu")).count_nonzero() == 0
