@@ -13,7 +13,7 @@ doubled and the eager paths (prefill without graphs, commit passes) keep working
 
 :class:`LayerSteps` says how the steps launch; with ``thin`` (a candidate, off in the engine until the GPU check
 shows it wins) the matrix products take the add-norms, the SwiGLU activation and the q/k norm + RoPE + KV write
-in, 6 launches a layer.
+in, and the block attention merges its cache splits in its last program: 5 launches a layer.
 """
 
 from __future__ import annotations
@@ -106,8 +106,9 @@ class LayerSteps:
     """How a pass's layer steps launch. ``kernels``: the fused steps' path ("triton" or "torch"), the matrix
     products on cuBLAS. ``thin`` (Triton only; a candidate the GPU check times, off until it wins there): a
     block's products on the thin kernel (:func:`kernels.linear.linear`), which takes each residual add, RMSNorm
-    and SwiGLU activation in and sums its K splits itself, and the q/k/v product the q/k norm, RoPE and KV
-    write too, so a layer is 6 launches instead of 10. ``pdl``:
+    and SwiGLU activation in and sums its K splits itself, the q/k/v product the q/k norm, RoPE and KV
+    write too, and the block attention's last split merges the partials, so a layer is 5 launches instead of 10.
+    ``pdl``:
     graphed passes launch their Triton kernels with programmatic dependent launch (:mod:`kernels.pdl`).
     ``prefetch_bytes``: the thin kernels' L2 prefetch budget under PDL, if not their default (the GPU check's
     sweep)."""
@@ -141,6 +142,12 @@ class LayerSteps:
                                  positions, *caches, path="triton", **self._launch)  # fmt: skip
         return qk_norm_rope(self.product(h, layer.qkv, layer.qkv_bias), *heads, layer.q_norm, layer.k_norm, eps, *rope,
                             positions, *caches, path=self.kernels)  # fmt: skip
+
+    def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length: torch.Tensor,
+                  out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """``q``'s attention over the first ``length`` rows of the caches (:func:`kernels.block_attention`); with
+        ``thin``, one launch."""
+        return block_attention(q, k_cache, v_cache, length, out=out, path=self.kernels, one_launch=self.thin)
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> Hidden:
         """``rms_norm(x) * weight``: computed now, or with ``thin`` by the product that reads it."""
@@ -214,15 +221,15 @@ def fused_window_logits(model: Transformer, layers: list[FusedLayer], cache: KVC
     scratch there (the cache's length does not move, and the next pass overwrites them), which is what lets
     the block attention read the window from the cache in place. The first ``store`` rows (a finished block
     committed in the same pass) attend to the cache and themselves only; the rest attend to everything."""
-    n, kernels = ids.shape[1], steps.kernels
+    n = ids.shape[1]
 
     def attend(layer: int, q: torch.Tensor) -> torch.Tensor:
         k_cache, v_cache = _sequence_major(cache, layer)
         if not store:
-            return block_attention(q, k_cache, v_cache, length + n, path=kernels)
+            return steps.attention(q, k_cache, v_cache, length + n)
         out = torch.empty_like(q)
-        block_attention(q[:, :store], k_cache, v_cache, length + store, out=out[:, :store], path=kernels)
-        block_attention(q[:, store:], k_cache, v_cache, length + n, out=out[:, store:], path=kernels)
+        steps.attention(q[:, :store], k_cache, v_cache, length + store, out=out[:, :store])
+        steps.attention(q[:, store:], k_cache, v_cache, length + n, out=out[:, store:])
         return out
 
     positions = length + torch.arange(n, device=ids.device)

@@ -21,6 +21,7 @@ from kernels.split_count_triton import count_in, reset_count, split_counts
 
 NEG_BIG = tl.constexpr(-1.0e30)  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
 LOG2E = 1.4426950408889634
+MERGE_AT_ONCE = tl.constexpr(4)  # splits whose partials the merging program loads together (one L2 round trip)
 
 
 @triton.jit
@@ -120,20 +121,25 @@ def _block_partials_kernel(
 def _merged_splits(o_part_ptr, m_part_ptr, l_part_ptr, first, row_ok, n_splits, n_rows, rd,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """The attention output of rows whose split ``s`` partials are at ``first + s * n_rows``: the splits' partial
-    softmaxes merged one at a time (an online rescale), read from L2 since other SMs wrote them."""
+    softmaxes merged by an online rescale, read from L2 since other SMs wrote them, :data:`MERGE_AT_ONCE` splits
+    an iteration so that their loads are in flight together."""
     m_run = tl.full([BLOCK_M], NEG_BIG, tl.float32)
     l_run = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for s in range(n_splits):
-        part = first + s * n_rows
-        m_s = tl.load(m_part_ptr + part, mask=row_ok, other=NEG_BIG, cache_modifier=".cg")
-        m_new = tl.maximum(m_run, m_s)
-        keep, take = tl.exp2(m_run - m_new), tl.exp2(m_s - m_new)
-        l_run = l_run * keep + take * tl.load(l_part_ptr + part, mask=row_ok, other=0.0, cache_modifier=".cg")
-        o = tl.load(o_part_ptr + part[:, None] * BLOCK_D + rd[None, :], mask=row_ok[:, None], other=0.0,
-                    cache_modifier=".cg")  # fmt: skip
-        acc = acc * keep[:, None] + take[:, None] * o
-        m_run = m_new
+    for s0 in range(0, n_splits, MERGE_AT_ONCE):
+        for j in tl.static_range(MERGE_AT_ONCE):  # a split past the last reads as empty: it adds nothing
+            # (tested as a vector: the interpreter mistypes a scalar bool & a vector bool)
+            ok = row_ok & (s0 + j + tl.zeros_like(first) < n_splits)
+            part = first + (s0 + j) * n_rows
+            m_s = tl.load(m_part_ptr + part, mask=ok, other=NEG_BIG, cache_modifier=".cg")
+            l_s = tl.load(l_part_ptr + part, mask=ok, other=0.0, cache_modifier=".cg")
+            o = tl.load(o_part_ptr + part[:, None] * BLOCK_D + rd[None, :], mask=ok[:, None], other=0.0,
+                        cache_modifier=".cg")  # fmt: skip
+            m_new = tl.maximum(m_run, m_s)
+            keep, take = tl.exp2(m_run - m_new), tl.exp2(m_s - m_new)
+            l_run = l_run * keep + take * l_s
+            acc = acc * keep[:, None] + take[:, None] * o
+            m_run = m_new
     return acc / tl.where(l_run > 0.0, l_run, 1.0)[:, None]
 
 

@@ -150,6 +150,11 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("block attn fp16 in-cache b8", lambda d: sc.check_block_attention(
             16, *heads, head_dim, cap, length // 2 + 3, f16, d, batch=8, with_block=False, tensor_len=True)),
         ("block attn fp32 GQA4", lambda d: sc.check_block_attention(7, 8, 2, 64, 300, 257, f32, d)),
+        ("block attn in one launch (last split merges) bf16 + block K/V", lambda d: sc.check_block_attention(
+            16, *heads, head_dim, cap, length, bf16, d, one_launch=True)),
+        ("the same, fp16 in-cache b8", lambda d: sc.check_block_attention(
+            16, *heads, head_dim, cap, length // 2 + 3, f16, d, batch=8, with_block=False, tensor_len=True,
+            one_launch=True)),
         ("prefill bf16 block 16", lambda d: sc.check_block_causal(prompt, prompt, *heads, head_dim, 16, bf16, d)),
         ("prefill fp16 block 4 offset", lambda d: sc.check_block_causal(
             prompt // 4 + 5, prompt + 5, *heads, head_dim, 4, f16, d)),

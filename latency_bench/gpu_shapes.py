@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from dlm.fused_layers import FusedLayer, Hidden, LayerSteps, decoder_layers
-from kernels import block_attention, block_causal_attention, select_confident
+from kernels import block_causal_attention, select_confident
 from kernels.pdl import programmatic_launch
 
 
@@ -121,7 +121,7 @@ class RandomQwen3:
         lengths = (start + T).to(torch.int32).repeat(B)  # prefix + block, the block's K/V written this pass
 
         def attend(i: int, q: torch.Tensor) -> torch.Tensor:
-            return block_attention(q, self.k_cache[i], self.v_cache[i], lengths, path=self.path)
+            return self.steps.attention(q, self.k_cache[i], self.v_cache[i], lengths)
 
         h = self._layers(self.embed[tokens], self.cos[positions], self.sin[positions], positions, attend)
         return self.steps.product(h, self.embed)

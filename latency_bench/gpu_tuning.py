@@ -60,18 +60,21 @@ def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...])
 
 def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_dim: int,
                           caches: tuple[int, ...], batches: tuple[int, ...]) -> list[dict[str, object]]:  # fmt: skip
-    """Block attention over the cache: key tile x cache splits (flash-decoding)."""
+    """Block attention over the cache: key tile x cache splits (flash-decoding), and at the default tile and
+    splits, the last split merging the partials (one launch) against a second launch merging them."""
     from kernels.attention_triton import block_attention
 
+    variants = [("auto", {}), ("auto, one launch", {"one_launch": True})] + [
+        (f"block_n={block_n} splits={splits or 'auto'}", {"block_n": block_n, "splits": splits})
+        for block_n, splits in itertools.product((32, 64, 128), (4, 16, 64, None))]
     rows = []
     for batch, cap in itertools.product(batches, caches):
         q = torch.randn(batch, 16, heads, head_dim, device=device, dtype=torch.bfloat16)
         k = torch.randn(batch, cap, kv_heads, head_dim, device=device, dtype=torch.bfloat16)
         v = torch.randn_like(k)
         lengths = torch.full((batch,), cap, dtype=torch.int32, device=device)
-        for block_n, splits in itertools.chain([(None, None)], itertools.product((32, 64, 128), (4, 16, 64, None))):
-            run = partial(block_attention, q, k, v, lengths, None, None, head_dim**-0.5, splits=splits, block_n=block_n)
-            params = "auto" if block_n is None else f"block_n={block_n} splits={splits or 'auto'}"
+        for params, options in variants:
+            run = partial(block_attention, q, k, v, lengths, None, None, head_dim**-0.5, **options)
             rows.append({"kernel": "block_attention", "shape": f"B{batch} 16q over {cap} keys", "params": params,
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return mark_best(rows)

@@ -133,16 +133,17 @@ def _confidence_launch(dtype: torch.dtype, temperature: float, commit: bool, acc
     return f"confidence {dtype} T={temperature} commit={commit} accumulate={name}"
 
 
-def _block_attention_launch(dtype: torch.dtype, head_dim: int, with_block: bool) -> str:
-    """A 16-token block's attention over 512 cached keys (16 / 8 heads); returns its label."""
+def _block_attention_launch(dtype: torch.dtype, head_dim: int, with_block: bool, one_launch: bool = False) -> str:
+    """A 16-token block's attention over 512 cached keys (16 / 8 heads), ``one_launch``: its last split merging;
+    returns its label."""
     from kernels import attention_triton
 
     q = torch.zeros(1, 16, 16, head_dim, dtype=dtype)
     kc = torch.zeros(1, 528, 8, head_dim, dtype=dtype)
     kb = torch.zeros(1, 16, 8, head_dim, dtype=dtype) if with_block else None
     lengths = torch.full((1,), 512, dtype=torch.int32)
-    attention_triton.block_attention(q, kc, kc, lengths, kb, kb, 0.1, splits=8, block_n=64)
-    return f"block_attention {dtype} D={head_dim} block={with_block}"
+    attention_triton.block_attention(q, kc, kc, lengths, kb, kb, 0.1, splits=8, block_n=64, one_launch=one_launch)
+    return f"block_attention {dtype} D={head_dim} block={with_block}" + " one launch" * one_launch
 
 
 def _layer_step_launches(dtype: torch.dtype) -> None:
@@ -210,6 +211,8 @@ def _pass_launches_under_pdl(collect: Callable[[str, dict[str, _Recorder]], None
         with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
             _block_attention_launch(bf16, 128, with_block=False)
             collect("PDL block_attention bf16", recs)
+            _block_attention_launch(bf16, 128, with_block=False, one_launch=True)
+            collect("PDL block_attention bf16 one launch", recs)
         with _recording(confidence_triton, ["_partials_kernel", "_select_kernel"]) as recs:
             _confidence_launch(bf16, 0.0, True, {"lanewise": True})
             collect("PDL confidence bf16", recs)
@@ -254,9 +257,10 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
                 (torch.bfloat16, 0.0, True, lanes_max), (torch.float32, 0.8, False, lanes_max)]:  # fmt: skip
             collect(_confidence_launch(dtype, temperature, commit, accumulation), recs)
     with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
-        for dtype, head_dim, with_block in [(torch.bfloat16, 128, False), (torch.float16, 128, True),
-                                            (torch.float32, 64, True), (torch.float32, 128, False)]:  # fmt: skip
-            collect(_block_attention_launch(dtype, head_dim, with_block), recs)
+        for dtype, head_dim, with_block, one_launch in [
+                (torch.bfloat16, 128, False, False), (torch.float16, 128, True, False), (torch.float32, 64, True, False),
+                (torch.float32, 128, False, False), (torch.bfloat16, 128, False, True), (torch.float32, 64, True, True)]:  # fmt: skip
+            collect(_block_attention_launch(dtype, head_dim, with_block, one_launch), recs)
     with _recording(attention_triton, ["_block_causal_kernel"]) as recs:
         for dtype, head_dim in [(torch.bfloat16, 128), (torch.float32, 64), (torch.float32, 128)]:
             q = torch.zeros(1, 512, 16, head_dim, dtype=dtype)

@@ -18,6 +18,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
         (16, 4, 2, 64, 200, 131, 3),  # GQA 2, cache length not a tile multiple, several splits
         (7, 2, 2, 32, 64, 0, 2),  # empty prefix: the block attends only itself
         (1, 8, 2, 16, 50, 50, 1),  # a single query, full cache, GQA 4
+        (5, 4, 2, 16, 300, 290, 8),  # 5 cache splits + the block's: merged 4 at a time, the second group partial
     ],
 )
 @pytest.mark.parametrize("one_launch", [False, True], ids=["merge launch", "last split merges"])
