@@ -43,7 +43,7 @@ def _partials_kernel(
     part_max_ptr, part_sum_ptr, part_score_ptr, part_idx_ptr, part_logit_ptr,
     N, V, chunk, inv_temp,
     HAS_MASK: tl.constexpr, NOISE: tl.constexpr, TEMPERED: tl.constexpr, LANEWISE: tl.constexpr,
-    LANE_MAX: tl.constexpr, BLOCK_V: tl.constexpr, GDC: tl.constexpr,
+    LANE_MAX: tl.constexpr, STAGES: tl.constexpr, BLOCK_V: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     wait_for_previous_kernel(GDC)
     row = tl.program_id(0)
@@ -75,7 +75,10 @@ def _partials_kernel(
     best_lanes = tl.full([BLOCK_V], float("-inf"), tl.float32)
     logit_lanes = tl.full([BLOCK_V], float("-inf"), tl.float32)
     idx_lanes = tl.zeros([BLOCK_V], tl.int32)
-    for start in range(lo, hi, BLOCK_V):
+    # STAGES > 1: the loop is software-pipelined, STAGES - 1 tiles' loads in flight ahead of the one worked on
+    # (copied asynchronously through shared memory); Triton pipelines a loop's loads that feed no dot only
+    # when asked, so at 1 each program waits for every tile it reads
+    for start in tl.range(lo, hi, BLOCK_V, num_stages=STAGES):
         offs = start + cols
         x = tl.load(row_ptr + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
         if TEMPERED:  # the softmax (and so the confidence) of the tempered logits
@@ -217,6 +220,7 @@ def confidence_select(
     tempered: bool = False,
     lanewise: bool | None = None,
     lane_max: bool = False,
+    stages: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch both stages on batched ``[B, N, V]`` logits; commits in place when ``ids`` is given.
 
@@ -227,7 +231,8 @@ def confidence_select(
     per-lane accumulation (one reduction per split instead of three per tile); None chooses it when each
     program streams at least :data:`LANEWISE_MIN_TILES` tiles, where the GPU check's sweep measured it faster.
     ``lane_max`` (per-lane accumulation only): each lane keeps its own running max as well, so the loop has no
-    reduction at all; a candidate the sweep times, not yet measured on a GPU.
+    reduction at all; a candidate the sweep times, not yet measured on a GPU. ``stages`` > 1: each program keeps
+    ``stages - 1`` tiles' loads in flight ahead of the one it works on (a candidate too).
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:
@@ -261,7 +266,7 @@ def confidence_select(
         part_max, part_sum, part_score, part_idx, part_logit,
         N, V, chunk, 1.0 / temperature if noise else 1.0,
         HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, LANEWISE=lanewise, LANE_MAX=lane_max,
-        BLOCK_V=block_v,
+        STAGES=stages, BLOCK_V=block_v,
         num_warps=8 if block_v >= 2048 else 4, **launch,
     )  # fmt: skip
     if out is None:

@@ -93,6 +93,7 @@ def check_confidence(
     splits: int | None = None,
     lanewise: bool = False,
     lane_max: bool = False,
+    stages: int = 1,
 ) -> None:
     """Triton ``confidence_select`` against ``confidence_and_token_ref`` and ``commit_ref``."""
     from kernels import confidence_triton
@@ -109,7 +110,7 @@ def check_confidence(
     out = (torch.full((batch, n), float("nan"), device=device), garbage.clone())
     conf_k, tok_k, _ = confidence_triton.confidence_select(
         logits, masked, None, 0.0, temperature, seed_t, out=out, block_v=block_v, splits=splits, lanewise=lanewise,
-        lane_max=lane_max,
+        lane_max=lane_max, stages=stages,
     )
     if conf_k.data_ptr() != out[0].data_ptr() or tok_k.data_ptr() != out[1].data_ptr():
         raise AssertionError("confidence_select did not write into the given out buffers")
@@ -131,7 +132,7 @@ def check_confidence(
     ids_k, masked_k = garbage.clone(), masked.clone()
     _, _, count_k = confidence_triton.confidence_select(
         logits, masked_k, ids_k, threshold, temperature, seed_t, block_v=block_v, splits=splits, lanewise=lanewise,
-        lane_max=lane_max,
+        lane_max=lane_max, stages=stages,
     )
     ids_w, masked_w = garbage.clone(), masked.clone()
     _, _, count_w = reference.commit_ref(conf_k, tok_k, masked_w, ids_w, threshold)

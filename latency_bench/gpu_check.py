@@ -145,6 +145,10 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
                                                                          lane_max=True)),
         ("confidence lane-max gumbel", lambda d: sc.check_confidence(7, vocab, f32, d, temperature=0.8, seed=10,
                                                                       lanewise=True, lane_max=True)),
+        ("confidence lane-max pipelined (3 stages) bf16 16xV", lambda d: sc.check_confidence(
+            16, big_vocab, bf16, d, seed=11, lanewise=True, lane_max=True, stages=3)),
+        ("confidence lanewise pipelined gumbel", lambda d: sc.check_confidence(7, vocab, f32, d, temperature=0.8, seed=12,
+                                                                                lanewise=True, stages=3)),
         ("confidence fallback", lambda d: sc.check_confidence(16, vocab, bf16, d, batch=3, force_fallback=True)),
         ("block attn bf16 + block K/V", lambda d: sc.check_block_attention(16, *heads, head_dim, cap, length, bf16, d)),
         ("block attn fp16 in-cache b8", lambda d: sc.check_block_attention(

@@ -38,24 +38,34 @@ def mark_best(rows: list[dict[str, object]]) -> list[dict[str, object]]:
 def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...]) -> list[dict[str, object]]:
     """Fused confidence selection: vocabulary tile width x vocabulary splits per row x the streaming stage's
     reductions per tile (three, the default; one with per-lane sums, `lanewise`; none with per-lane maxima too,
-    `lanewise max`)."""
+    `lanewise max`), and for the per-lane loops at the middle widths, software-pipelined (`stages=3`: two tiles'
+    loads in flight ahead of the one worked on)."""
     from kernels.confidence_triton import confidence_select
 
-    rows = []
     widths = (512, 1024) if device.type == "cpu" else (1024, 2048, 4096, 8192)
-    accumulations = ((False, False), (True, False), (True, True))  # (lanewise, lane_max)
-    variants = list(itertools.product(widths, (1, 4, 16, None), accumulations))  # swept again for each batch
-    for batch in batches:
+    accumulations = ({"lanewise": False}, {"lanewise": True}, {"lanewise": True, "lane_max": True})
+    variants = [{"block_v": width, "splits": splits} | accumulation
+                for width, splits, accumulation in itertools.product(widths, (1, 4, 16, None), accumulations)]
+    variants += [{"block_v": width, "splits": splits, "stages": 3} | accumulation
+                 for width, splits, accumulation in itertools.product(widths[:3], (4, 16, None), accumulations[1:])]
+    rows = []
+    for batch in batches:  # every variant again for each batch
         logits = torch.randn(batch, 16, vocab, device=device).to(torch.bfloat16)
         masked = torch.ones(batch, 16, dtype=torch.bool, device=device)
-        for block_v, splits, (lanewise, lane_max) in itertools.chain([(None, None, (None, False))], variants):
-            run = partial(confidence_select, logits, masked, None, 0.0, 0.0, None, block_v=block_v, splits=splits,
-                          lanewise=lanewise, lane_max=lane_max)  # fmt: skip
-            params = "auto" if block_v is None else f"block_v={block_v} splits={splits or 'auto'}"
-            params += " lanewise" * bool(lanewise) + " max" * lane_max
-            rows.append({"kernel": "confidence", "shape": f"{batch}x16x{vocab}", "params": params,
+        for options in [{}, *variants]:
+            run = partial(confidence_select, logits, masked, None, 0.0, 0.0, None, **options)
+            rows.append({"kernel": "confidence", "shape": f"{batch}x16x{vocab}", "params": _confidence_params(options),
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return mark_best(rows)
+
+
+def _confidence_params(options: dict[str, object]) -> str:
+    """A sweep row's ``params``: ``auto`` for the defaults, else the tile, the splits and the streaming options."""
+    if not options:
+        return "auto"
+    params = f"block_v={options['block_v']} splits={options['splits'] or 'auto'}"
+    params += " lanewise" * options["lanewise"] + " max" * options.get("lane_max", False)
+    return params + (f" stages={options['stages']}" if "stages" in options else "")
 
 
 def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_dim: int,

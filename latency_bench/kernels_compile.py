@@ -130,7 +130,8 @@ def _confidence_launch(dtype: torch.dtype, temperature: float, commit: bool, acc
                                         torch.tensor([1], dtype=torch.int64), block_v=2048, splits=25,
                                         **accumulation)  # fmt: skip
     name = "lanes-max" if accumulation.get("lane_max") else "lanes" if accumulation["lanewise"] else "tiles"
-    return f"confidence {dtype} T={temperature} commit={commit} accumulate={name}"
+    stages = accumulation.get("stages", 1)
+    return f"confidence {dtype} T={temperature} commit={commit} accumulate={name}" + f" stages={stages}" * (stages > 1)
 
 
 def _block_attention_launch(dtype: torch.dtype, head_dim: int, with_block: bool, one_launch: bool = False) -> str:
@@ -254,7 +255,8 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
         for dtype, temperature, commit, accumulation in [
                 (torch.bfloat16, 0.0, True, tiles), (torch.float16, 0.8, True, tiles), (torch.float32, 0.0, False, tiles),
                 (torch.bfloat16, 0.0, True, lanes), (torch.float32, 0.8, False, lanes),
-                (torch.bfloat16, 0.0, True, lanes_max), (torch.float32, 0.8, False, lanes_max)]:  # fmt: skip
+                (torch.bfloat16, 0.0, True, lanes_max), (torch.float32, 0.8, False, lanes_max),
+                (torch.bfloat16, 0.0, True, lanes_max | {"stages": 3}), (torch.float32, 0.8, False, tiles | {"stages": 3})]:  # fmt: skip
             collect(_confidence_launch(dtype, temperature, commit, accumulation), recs)
     with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
         for dtype, head_dim, with_block, one_launch in [

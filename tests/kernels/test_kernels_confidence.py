@@ -9,10 +9,14 @@ from kernels.selfcheck import check_confidence
 pytest.importorskip("triton")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-# the default streaming stage, and its per-lane variants (candidates the GPU check's sweep times)
+# the default streaming stage, its per-lane variants and its software-pipelined loop (candidates the GPU check's
+# sweep times)
 ACCUMULATION = pytest.mark.parametrize("accumulation", [{"lanewise": False}, {"lanewise": True},
-                                                        {"lanewise": True, "lane_max": True}],
-                                       ids=["tiles", "lanes", "lanes-max"])
+                                                        {"lanewise": True, "lane_max": True},
+                                                        {"lanewise": True, "lane_max": True, "stages": 3},
+                                                        {"lanewise": False, "stages": 3}],
+                                       ids=["tiles", "lanes", "lanes-max", "lanes-max, pipelined",
+                                            "tiles, pipelined"])
 
 
 @ACCUMULATION
