@@ -69,6 +69,7 @@ class Compiled:
     loop_barriers: int  # BAR.SYNC in that block: each is a wait for every warp of the program
     waits_for_previous: bool  # griddepcontrol.wait: the kernel takes part in programmatic dependent launch
     l2_prefetches: int  # prefetch.global.L2 instructions: reads issued before that wait
+    async_copies: bool  # cp.async: a software-pipelined loop's loads, copied to shared memory stages ahead
 
 
 def loop_cost(sass: str) -> tuple[int, int]:
@@ -104,7 +105,7 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     seconds = time.perf_counter() - t0
     ptx = kernel.asm["ptx"]
     return Compiled(seconds, int(kernel.metadata.shared), *loop_cost(get_sass(kernel.asm["cubin"])),
-                    "griddepcontrol.wait" in ptx, ptx.count("prefetch.global.L2"))  # fmt: skip
+                    "griddepcontrol.wait" in ptx, ptx.count("prefetch.global.L2"), "cp.async." in ptx)  # fmt: skip
 
 
 @contextmanager
@@ -312,8 +313,9 @@ def main(argv: list[str] | None = None) -> int:
             if c.shared_bytes > SHARED_MEMORY_LIMIT:
                 raise RuntimeError(f"needs {c.shared_bytes} bytes of shared memory, over the {SHARED_MEMORY_LIMIT} limit")
             pdl = f", waits for the kernel before after {c.l2_prefetches} L2 prefetches" if c.waits_for_previous else ""
+            pipelined = ", loads copied ahead (cp.async)" if c.async_copies else ""
             print(f"ok   {label} ({c.seconds:.1f} s, {c.shared_bytes // 1024} KiB shared, loop body "
-                  f"{c.loop_instructions} SASS instructions / {c.loop_barriers} barriers{pdl})", flush=True)  # fmt: skip
+                  f"{c.loop_instructions} SASS instructions / {c.loop_barriers} barriers{pdl}{pipelined})", flush=True)  # fmt: skip
         except Exception as exc:
             failures += 1
             print(f"FAIL {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

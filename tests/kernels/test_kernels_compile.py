@@ -35,6 +35,10 @@ def test_all_kernels_compile_for_hopper():
             instructions[accumulate] = int(line.split(" SASS instructions")[0].split(" ")[-1])
     assert barriers["lanes-max"] == 0 < barriers["lanes"] < barriers["tiles"], compiled
     assert instructions["lanes-max"] < instructions["lanes"] < instructions["tiles"], compiled
+    # the pipelined streaming loop copies its loads ahead; the single-load loop does not
+    streaming = [line for line in compiled if "confidence" in line and "_partials_kernel" in line]
+    assert all(("stages=" in line) == ("cp.async" in line) for line in streaming) and any("stages=" in line
+                                                                                        for line in streaming), streaming
     # under PDL every kernel of a pass waits for the one before, and only the thin products read (their weights)
     # before that wait; launched plainly, none waits
     pdl = [line for line in compiled if line.startswith("ok   PDL ")]
