@@ -44,6 +44,9 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
                    help="token selection on the Triton kernels or in torch (auto: Triton on CUDA)")
     p.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
                    help="replay denoising passes as CUDA graphs (auto: on CUDA; on: static shapes anywhere)")
+    p.add_argument("--layer-steps", choices=("auto", "fused", "thin"), default="auto",
+                   help="how graphed passes launch a layer: fused steps with cuBLAS products, the thin Triton "
+                        "products (5 launches a layer), or auto: on CUDA, the faster of the two in a checked trial")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
 
@@ -55,7 +58,8 @@ def _run_generate(args: argparse.Namespace) -> int:
         print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
         return 2
     try:
-        engine = Engine.from_dir(args.model, dtype=args.dtype, kernels=args.kernels, cuda_graphs=args.cuda_graphs)
+        engine = Engine.from_dir(args.model, dtype=args.dtype, kernels=args.kernels, cuda_graphs=args.cuda_graphs,
+                                 layer_steps=args.layer_steps)  # fmt: skip
     except (CheckpointError, RuntimeError, ValueError) as exc:  # ValueError: an unknown --dtype
         print(f"error: {exc}", file=sys.stderr)
         return 2

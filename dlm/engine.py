@@ -35,6 +35,7 @@ from dlm.decoding import block_causal as bc
 from dlm.decoding.logit_bias import COPY_FOLLOW, LogitBias, Pieces, reply_copy_bias
 from dlm.effort import Knobs, resolve
 from dlm.graphed_forward import GraphedStatePool, graphs_enabled
+from dlm.layer_trial import resolve_layer_steps
 from dlm.model import Transformer
 from dlm.scheduler import Delivery, Job, Scheduler
 from dlm.session import Session
@@ -132,18 +133,22 @@ class Engine:
         trained_block_sizes: Sequence[int] = (),
         kernels: str = "auto",
         cuda_graphs: str = "auto",
+        layer_steps: str = "auto",
     ) -> None:
         """``kernels``: "auto" (the Triton kernel path on CUDA, torch otherwise; ``DLM_KERNELS`` may force
         either), "triton" or "torch"; resolved once here, so a forced path that cannot run fails now.
         ``cuda_graphs``: "auto" (denoising passes replayed as CUDA graphs on CUDA), "on" or "off"; see
-        :mod:`dlm.graphed_forward`."""
+        :mod:`dlm.graphed_forward`. ``layer_steps``: how the graphed passes' layers launch, "auto" (on CUDA
+        chosen by a timed and checked trial here, see :mod:`dlm.layer_trial`), "fused" or "thin"."""
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else model.output_weight().device
         self.kernels = kernel_path(kernels, self.device)
         self.cuda_graphs = graphs_enabled(cuda_graphs, self.device)
         # released sessions' graphed caches, so later conversations replay graphs captured by earlier ones
-        self.graph_pool = GraphedStatePool(self.model, self.kernels) if self.cuda_graphs else None
+        self.layer_steps, self.layer_trials = resolve_layer_steps(layer_steps, self.model, self.kernels,
+                                                                  self.cuda_graphs)  # fmt: skip
+        self.graph_pool = GraphedStatePool(self.model, self.layer_steps) if self.cuda_graphs else None
         self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
         self.trained_block_sizes = tuple(trained_block_sizes)
         # One thread for all model work; autograd off there, once (generators interleave on it), and the
@@ -156,13 +161,13 @@ class Engine:
     @classmethod
     def from_dir(
         cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu", kernels: str = "auto",
-        cuda_graphs: str = "auto",
+        cuda_graphs: str = "auto", layer_steps: str = "auto",
     ) -> Engine:
         """Load a checkpoint directory (see :mod:`dlm.checkpoint`)."""
         model, tokenizer = load_checkpoint(path, dtype, device)
         gen_file = Path(path) / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.exists() else {}
-        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()), kernels, cuda_graphs)
+        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()), kernels, cuda_graphs, layer_steps)
 
     def close(self) -> None:
         self.worker.shutdown(wait=True)

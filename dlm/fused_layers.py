@@ -11,9 +11,10 @@ kernels unfused (``latency_bench/results/gpu_check_h200_2026-12-04_run3.md``).
 The model's own q/k/v and gate/up weights are rebound as views of the concatenated ones, so no memory is
 doubled and the eager paths (prefill without graphs, commit passes) keep working.
 
-:class:`LayerSteps` says how the steps launch; with ``thin`` (a candidate, off in the engine until the GPU check
-shows it wins) the matrix products take the add-norms, the SwiGLU activation and the q/k norm + RoPE + KV write
-in, and the block attention merges its cache splits in its last program: 5 launches a layer.
+:class:`LayerSteps` says how the steps launch; with ``thin`` (a candidate the engine runs where its start-up
+trial, :mod:`dlm.layer_trial`, measures it faster) the matrix products take the add-norms, the SwiGLU activation
+and the q/k norm + RoPE + KV write in, and the block attention merges its cache splits in its last program:
+5 launches a layer.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ Hidden = torch.Tensor | PendingNorm
 @dataclass(frozen=True)
 class LayerSteps:
     """How a pass's layer steps launch. ``kernels``: the fused steps' path ("triton" or "torch"), the matrix
-    products on cuBLAS. ``thin`` (Triton only; a candidate the GPU check times, off until it wins there): a
+    products on cuBLAS. ``thin`` (Triton only; a candidate the engine's start-up trial times against the fused layer): a
     block's products on the thin kernel (:func:`kernels.linear.linear`), which takes each residual add, RMSNorm
     and SwiGLU activation in and sums its K splits itself, the q/k/v product the q/k norm, RoPE and KV
     write too, and the block attention's last split merges the partials, so a layer is 5 launches instead of 10.

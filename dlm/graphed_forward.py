@@ -114,8 +114,8 @@ class GraphedStatePool:
     At most ``keep`` free caches per capacity are held; more are freed.
     """
 
-    def __init__(self, model: Transformer, kernels: str, keep: int = 4) -> None:
-        self.model, self.steps, self.keep = model, LayerSteps(kernels), keep
+    def __init__(self, model: Transformer, steps: LayerSteps, keep: int = 4) -> None:
+        self.model, self.steps, self.keep = model, steps, keep
         self._free: dict[int, list[GraphedForward]] = {}
         self._lock = threading.Lock()  # sessions may be released from any thread
 

@@ -83,6 +83,7 @@ class Report:
     tuning: list[dict[str, object]] = field(default_factory=list)
     engine: list[dict[str, object]] = field(default_factory=list)
     engine_at_scale: list[dict[str, object]] = field(default_factory=list)
+    layer_trials: list[dict[str, object]] = field(default_factory=list)
     goals: list[dict[str, object]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -502,9 +503,25 @@ def run_engine_at_scale(plan: Plan, report: Report) -> None:
             for steps in [LayerSteps(path) for path in plan.paths] + candidate * (family == ENGINE_FAMILIES[0]):
                 report.attempt(f"engine model {family} {shape.name} L={prompt} [{steps.label}]",
                                partial(_engine_row, report, model, shape, prompt, steps, max(1, plan.reps // 2)))  # fmt: skip
+        if candidate and family == ENGINE_FAMILIES[0]:
+            report.attempt(f"layer steps trial {family} {shape.name}",
+                           partial(_layer_trial_rows, report, model, shape, min(plan.prompts)))  # fmt: skip
         del model
         if plan.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _layer_trial_rows(report: Report, model, shape, prefix: int) -> None:
+    """The engine's own start-up trial (:mod:`dlm.layer_trial`) on this model: each candidate's graphed pass,
+    its agreement with the fused layer, and which one an engine on this GPU would run."""
+    from dlm.layer_trial import fastest, run_trials
+
+    trials = run_trials(model, prefix=prefix)
+    chosen = fastest(trials)
+    report.layer_trials.extend({"model": f"dlm Transformer ({model.cfg.model_type})", "shape": shape.name,
+                                "prefix": prefix, "steps": t.steps.label, "ms_per_pass": t.ms_per_pass,
+                                "argmax_agree": t.argmax_agree, "dropped": t.dropped or "",
+                                "chosen": t.steps == chosen} for t in trials)  # fmt: skip
 
 
 # ---------------------------------------------------------------- goals and output
@@ -589,6 +606,8 @@ def render_markdown(report: Report) -> str:
         _table(report.engine),
         "## Engine model at scale (random weights, 16-token block; the lean benchmark model's pass beside it)\n",
         _table(report.engine_at_scale),
+        "## The engine's layer-steps trial (what an engine starting on this GPU would run; dlm/layer_trial.py)\n",
+        _table(report.layer_trials),
     ]  # fmt: skip
     if report.errors:
         parts += ["## Errors\n", "```\n" + "\n".join(report.errors) + "\n```\n"]

@@ -72,10 +72,13 @@ def engines(request, fixtures_dir):
 
 @needs_triton
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
-def test_kernel_path_with_static_shapes_decodes_the_eager_ids(fixtures_dir, family):
-    """What a GPU runs: Triton selection and block attention inside the static pass (interpreted here)."""
+@pytest.mark.parametrize("layer_steps", ["fused", "thin"])
+def test_kernel_path_with_static_shapes_decodes_the_eager_ids(fixtures_dir, family, layer_steps):
+    """What a GPU runs: Triton selection and block attention inside the static pass (interpreted here), the
+    layers' products on cuBLAS's stand-in or on the thin Triton kernel."""
     path = fixtures_dir / family / "checkpoint"
-    gpu_like = Engine.from_dir(path, kernels="triton", cuda_graphs="on")
+    gpu_like = Engine.from_dir(path, kernels="triton", cuda_graphs="on", layer_steps=layer_steps)
+    assert gpu_like.graph_pool.steps.thin == (layer_steps == "thin") and gpu_like.layer_trials == []
     eager = Engine.from_dir(path, kernels="torch", cuda_graphs="off")
     try:
         for prompt in PROMPTS:
