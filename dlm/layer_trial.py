@@ -25,7 +25,7 @@ from dlm.model import Transformer
 LAYER_STEPS = ("auto", "fused", "thin")
 CANDIDATES = (LayerSteps("triton"), LayerSteps("triton", thin=True, pdl=True))
 MIN_ARGMAX_AGREEMENT = 0.9  # of a block's rows: random tokens leave near-ties that a summation order can flip
-TRIAL_PREFIX, TRIAL_BLOCK = 512, 16  # the trial pass: a 16-token block after 512 cached positions
+TRIAL_PREFIX, TRIAL_BLOCK = 512, 16  # the trial pass: a 16-token block after 512 cached positions (or fewer)
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ def run_trials(model: Transformer, candidates: tuple[LayerSteps, ...] = CANDIDAT
     replays after its capture; the logits of the first candidate that runs are the reference the others must
     agree with."""
     device, cfg = model.output_weight().device, model.cfg
+    prefix = min(prefix, cfg.max_position_embeddings - block)  # a short-context model: what fits
     generator = torch.Generator(device=device).manual_seed(0)
     window = torch.randint(0, cfg.vocab_size, (block,), generator=generator, device=device)
     prefix_kv = torch.randn((2, cfg.num_layers, 1, cfg.num_kv_heads, prefix, cfg.head_dim), generator=generator,

@@ -13,7 +13,7 @@ from kernels.dispatch import triton_available
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])  # Qwen3-style layers, and Qwen2-style (biases)
 def test_every_candidate_runs_the_pass_and_agrees_with_the_fused_layer(fixtures_dir, family):
     model, _ = load_checkpoint(fixtures_dir / family / "checkpoint")
-    trials = run_trials(model, passes=2, prefix=40, block=8)
+    trials = run_trials(model, passes=2, prefix=600, block=8)  # past the 512-position context: 504 fit
     assert [t.steps for t in trials] == list(CANDIDATES)
     assert all(t.dropped is None and t.argmax_agree == 1.0 and t.ms_per_pass > 0 for t in trials), trials
     assert fastest(trials) == min(trials, key=lambda t: t.ms_per_pass).steps
