@@ -105,3 +105,33 @@ def test_the_candidates_run_on_the_triton_path_only():
     for candidate in ({"thin": True}, {"pdl": True}):
         with pytest.raises(ValueError, match="Triton path"):
             LayerSteps("torch", **candidate)
+
+
+@needs_triton
+@pytest.mark.parametrize(("steps", "per_layer"), [(LayerSteps("triton"), 6), (LayerSteps("triton", thin=True), 5)],
+                         ids=["triton (+ 4 cuBLAS products a layer)", "thin"])  # fmt: skip
+def test_a_layer_is_the_launches_its_steps_promise(fixtures_dir, monkeypatch, steps, per_layer):
+    """The point of the fused and thin layers is their launch count: a window pass's Triton launches, counted as
+    they run (q/k norm + RoPE, attention partials and merge, two add-norms and SwiGLU's activation; or the thin
+    layer's q/k/v, one-launch attention, o, gate/up and down), plus the thin LM head."""
+    from kernels import attention_triton, fused_triton, qkv_rope_triton, thin_linear_triton
+
+    launches: list[str] = []
+
+    class Counted:
+        def __init__(self, kernel) -> None:
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            launches.append(self.kernel.fn.__name__)
+            return self.kernel[grid]
+
+    for module in (attention_triton, fused_triton, qkv_rope_triton, thin_linear_triton):
+        for name in dir(module):
+            if name.startswith("_") and name.endswith("_kernel"):  # the launched kernels, not device helpers
+                monkeypatch.setattr(module, name, Counted(getattr(module, name)))
+    model, _ = load_checkpoint(fixtures_dir / "sdar" / "checkpoint")
+    cache = KVCache(model.cfg, 32)
+    fused_window_logits(model, fused_layers(model), cache, torch.tensor([[5, 6, 7, 8]]), torch.tensor([8]), store=0,
+                        steps=steps)  # fmt: skip
+    assert len(launches) == per_layer * model.cfg.num_layers + steps.thin, launches
