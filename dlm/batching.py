@@ -81,9 +81,10 @@ def run_passes(model: Transformer, passes: list[Pass]) -> tuple[list[torch.Tenso
 
 
 def _run_group(model: Transformer, group: list[Pass]) -> list[torch.Tensor]:
+    group = [p.on_device() for p in group]
     forwards: list[CachedForward] = [p.forward for p in group]  # type: ignore[misc]
     first = group[0]
-    device = first.window.device
+    device = first.forward.device
     done = 0 if first.pending is None else first.pending.shape[0]
     ids = torch.stack([p.window if p.pending is None else torch.cat((p.pending, p.window)) for p in group])
     n = ids.shape[1]

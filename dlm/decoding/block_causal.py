@@ -274,15 +274,23 @@ def _select(
 
 @dataclass
 class Pass:
-    """A forward pass a decoder asks for: ``rows`` given = denoise (logits at rows), None = commit."""
+    """A forward pass a decoder asks for: ``rows`` given = denoise (logits at rows), None = commit. The
+    tensors may be on the host (the decoder keeps its window there): :meth:`on_device` moves them."""
 
     forward: BlockForward
     window: torch.Tensor
     rows: torch.Tensor | None
     pending: torch.Tensor | None = None
 
+    def on_device(self) -> Pass:
+        """This pass with its tensors on the forward's device."""
+        device = self.forward.device
+        return Pass(self.forward, self.window.to(device), None if self.rows is None else self.rows.to(device),
+                    None if self.pending is None else self.pending.to(device))  # fmt: skip
+
 
 def run_pass(p: Pass) -> torch.Tensor:
+    p = p.on_device()
     if p.rows is None:
         return p.forward.commit(p.window)
     return p.forward.denoise(p.window, p.rows, p.pending)
@@ -350,7 +358,9 @@ def decode_passes(
         if end <= known:  # a window of nothing would be decoded for ever
             raise ValueError(f"decoding reached the end of the context ({cfg.max_position_embeddings} tokens): "
                              "cap max_new_tokens at the room the prompt leaves")
-        window = torch.tensor(tokens[start:] + [mask_id] * (end - known), dtype=torch.long, device=forward.device)
+        # The window and its mask live on the host: the loop's tests and updates are then no device launches and
+        # no waits; a pass takes the window to the device, and brings back only the picked tokens.
+        window = torch.tensor(tokens[start:] + [mask_id] * (end - known), dtype=torch.long)
         masked = window == mask_id
         emitted = known - start  # window offset of the first position not yet yielded
         shares: list[int] = []
@@ -359,7 +369,7 @@ def decode_passes(
                 if last_logits is None:
                     raise ValueError("a token-shift model needs the last committed logits to start a window")
                 token, _ = pick(_no_mask(last_logits[None].clone(), mask_id), policy.sampling, generator)
-                window[0], masked[0] = token[0], False
+                window[0], masked[0] = int(token[0]), False
             else:
                 first = int(masked.nonzero()[0])
                 sub = policy.sub_block or window.shape[0]
@@ -377,7 +387,7 @@ def decode_passes(
                 pending = None
                 progress.passes += 1
                 share = max(1, shares.pop(0)) if shares else 1
-                picked, chosen = _select(policy, fused, logits, share, generator)
+                picked, chosen = (t.cpu() for t in _select(policy, fused, logits, share, generator))
                 window[rows[chosen]] = picked[chosen]
                 masked[rows[chosen]] = False
             done = not bool(masked.any())
