@@ -4,8 +4,9 @@ The thin-product layer (:class:`dlm.fused_layers.LayerSteps` with ``thin``: 5 la
 add-norms, SwiGLU, q/k norm, RoPE and the attention merge inside its kernels) is built to beat the fused layer on
 cuBLAS (10 launches) at a block's 16 rows, but whether it does depends on the GPU, the model's shapes and the
 Triton release. So on CUDA the engine does not guess: at start it runs one block's denoising pass over a cached
-prefix with each candidate, graphed as a session would run it, checks each candidate's logits against the first
-(the fused layer on cuBLAS, the path the GPU check has verified), and keeps the fastest candidate that agrees.
+prefix with each candidate (the thin layer with and without PDL), graphed as a session would run it, checks each
+candidate's logits against the first (the fused layer on cuBLAS, the path the GPU check has verified), and keeps the
+fastest candidate that agrees.
 A candidate that fails or disagrees is dropped with the reason, so a kernel bug costs speed, never wrong tokens.
 """
 
@@ -23,7 +24,8 @@ from dlm.kv_cache import KVCache
 from dlm.model import Transformer
 
 LAYER_STEPS = ("auto", "fused", "thin")
-CANDIDATES = (LayerSteps("triton"), LayerSteps("triton", thin=True, pdl=True))
+# the fused layer on cuBLAS (the reference), and the thin layer with and without programmatic dependent launch
+CANDIDATES = (LayerSteps("triton"), LayerSteps("triton", thin=True), LayerSteps("triton", thin=True, pdl=True))
 MIN_ARGMAX_AGREEMENT = 0.9  # of a block's rows: random tokens leave near-ties that a summation order can flip
 TRIAL_PREFIX, TRIAL_BLOCK = 512, 16  # the trial pass: a 16-token block after 512 cached positions (or fewer)
 

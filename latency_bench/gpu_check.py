@@ -505,18 +505,19 @@ def run_engine_at_scale(plan: Plan, report: Report) -> None:
                                partial(_engine_row, report, model, shape, prompt, steps, max(1, plan.reps // 2)))  # fmt: skip
         if candidate and family == ENGINE_FAMILIES[0]:
             report.attempt(f"layer steps trial {family} {shape.name}",
-                           partial(_layer_trial_rows, report, model, shape, min(plan.prompts)))  # fmt: skip
+                           partial(_layer_trial_rows, report, model, shape, min(plan.prompts),
+                                   max(1, plan.reps // 2)))  # fmt: skip
         del model
         if plan.device.type == "cuda":
             torch.cuda.empty_cache()
 
 
-def _layer_trial_rows(report: Report, model, shape, prefix: int) -> None:
+def _layer_trial_rows(report: Report, model, shape, prefix: int, passes: int) -> None:
     """The engine's own start-up trial (:mod:`dlm.layer_trial`) on this model: each candidate's graphed pass,
     its agreement with the fused layer, and which one an engine on this GPU would run."""
     from dlm.layer_trial import fastest, run_trials
 
-    trials = run_trials(model, prefix=prefix)
+    trials = run_trials(model, passes=passes, prefix=prefix)
     chosen = fastest(trials)
     report.layer_trials.extend({"model": f"dlm Transformer ({model.cfg.model_type})", "shape": shape.name,
                                 "prefix": prefix, "steps": t.steps.label, "ms_per_pass": t.ms_per_pass,

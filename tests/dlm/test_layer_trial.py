@@ -20,7 +20,7 @@ def test_every_candidate_runs_the_pass_and_agrees_with_the_fused_layer(fixtures_
 
 
 def test_the_fastest_candidate_that_agrees_is_kept():
-    fused, thin = CANDIDATES
+    fused, thin, _ = CANDIDATES
     assert fastest([Trial(fused, 2.0, 1.0, None), Trial(thin, 1.0, 1.0, None)]) == thin
     disagrees = Trial(thin, 1.0, 0.5, "argmax agrees with triton on 50% of the rows")
     assert fastest([Trial(fused, 2.0, 1.0, None), disagrees]) == fused
