@@ -387,8 +387,10 @@ def decode_passes(
                 pending = None
                 progress.passes += 1
                 share = max(1, shares.pop(0)) if shares else 1
-                picked, chosen = (t.cpu() for t in _select(policy, fused, logits, share, generator))
-                window[rows[chosen]] = picked[chosen]
+                picked, chosen = _select(policy, fused, logits, share, generator)
+                committed = torch.where(chosen, picked, -1).cpu()  # one transfer: the tokens that commit, else -1
+                chosen = committed >= 0
+                window[rows[chosen]] = committed[chosen]
                 masked[rows[chosen]] = False
             done = not bool(masked.any())
             ready = int(masked.nonzero()[0]) if not done else window.shape[0]
