@@ -56,10 +56,12 @@ def missing_engine_packages() -> list[str]:
 def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
                        questions: tuple[str, ...] = QUESTIONS) -> list[dict[str, object]]:
     """One row per (cuda_graphs, kernels) setting: eager on the first kernel path, then graphed on each
-    (with "triton", graphed passes attend through the block-attention kernel, with "torch" through SDPA).
-    Raises if any setting decodes different ids than the eager one."""
+    (with "triton", graphed passes attend through the block-attention kernel, with "torch" through SDPA), and for
+    a graphed one its pass alone (a block over 304 cached positions, the demo's context less a block), so that
+    what a turn spends around its passes shows. Raises if any setting decodes different ids than the eager one."""
     from dlm.cli import DEMO_CHECKPOINT
     from dlm.engine import Engine
+    from dlm.layer_trial import run_trials
 
     rows, decoded = [], []
     for graphs, kernels in [("off", paths[0]), *(("on", path) for path in paths)]:
@@ -67,6 +69,11 @@ def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
         try:
             _timed_turns(engine, 1, questions)  # warm-up: CUDA context, Triton JIT, graph capture
             ids, figures = _timed_turns(engine, reps, questions)
+            if engine.graph_pool is not None:  # the pass alone, so the rest of ms_per_pass is the engine's own
+                (alone,) = run_trials(engine.model, (engine.graph_pool.steps,), reps)
+                if alone.dropped:
+                    raise RuntimeError(f"the graphed pass alone failed: {alone.dropped}")
+                figures["graphed_forward_ms"] = alone.ms_per_pass
         finally:
             engine.close()
         decoded.append(ids)

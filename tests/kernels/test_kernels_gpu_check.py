@@ -40,6 +40,7 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert [(r["cuda_graphs"], r["kernels"]) for r in report["engine"]] == [
         ("off", "triton"), ("on", "triton"), ("on", "torch")]
     assert all(r["first_block_ms"] > 0 and r["ms_per_pass"] > 0 for r in report["engine"])
+    assert all((r["cuda_graphs"] == "on") == (r.get("graphed_forward_ms", 0) > 0) for r in report["engine"])
     at_scale = report["engine_at_scale"]
     assert [(r["model"].split("(")[1][:-1], r["kernels"]) for r in at_scale] == [
         ("sdar", "triton"), ("sdar", "torch"), ("sdar", "triton, thin GEMM, PDL"),  # the candidate on one family
