@@ -16,14 +16,13 @@ import triton.language as tl
 
 from kernels import pdl
 from kernels.attention_triton import dot_options
-from kernels.pdl_triton import L2_LINE_BYTES
 from kernels.split_count_triton import reset_count
 from kernels.thin_linear_triton import (
     BLOCK_K,
     PREFETCH_BYTES,
-    _prefetch_lines,
     k_chunks,
     leave_partial,
+    prefetch_options,
     row_scale,
     split_buffers,
     split_sums,
@@ -110,9 +109,6 @@ def qkv_rope(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n
     part, squares, counts = split_buffers(grid, weight.shape[0], x.device, "qkv_rope", always=True)
     q = x.new_empty(B, T, heads, D)
     launch = pdl.launch_options(x.device)
-    line = max(1, L2_LINE_BYTES // weight.element_size())
-    prefetch_lines = (_prefetch_lines(prefetch_bytes, grid[0] * grid[1], D, k_chunk // line, x.device)
-                      if launch["GDC"] else 0)  # fmt: skip
     cos, sin = cos.contiguous(), sin.contiguous()
     _qkv_rope_kernel[grid](
         rows, rows.stride(0), weight, weight.stride(0), rows if norm is None else norm[0].contiguous(),
@@ -122,7 +118,7 @@ def qkv_rope(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n
         k_cache, *k_cache.stride()[:3], v_cache, *v_cache.stride()[:3],
         part, squares, counts, B * T, T, heads, kv_heads, weight.shape[0], hidden, k_chunk,
         D=D, BLOCK_K=BLOCK_K, SPLIT=split_k, **dot_options(x), NORM=norm is not None, BIAS=bias is not None,
-        QK_NORM=q_weight is not None, PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages,
-        num_warps=num_warps, **launch,
+        QK_NORM=q_weight is not None, **prefetch_options(weight, grid, D, k_chunk, prefetch_bytes, launch),
+        num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     return q

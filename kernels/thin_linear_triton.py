@@ -9,11 +9,11 @@ a split product is still one launch. The steps around a layer's products ride al
 ``gated``: the activation is a fused gate/up projection and the product's input is SwiGLU's ``silu(gate) * up``,
 formed tile by tile as it is read; ``norm_weight``: the input is the RMSNorm of the activation, whose weight is
 applied as each tile is read and whose per-row scale factors out of the sum over K, so it is applied once at the
-end from the sums of squares of the tiles read (K splits leave theirs beside their partials); ``add``: the output is the residual stream,
-to which the product is added in place; ``bias``: added to the product (Qwen2-style q/k/v). Launched
-with PDL (``kernels.pdl``), a program asks L2 for the start of its weight strip before it waits for the
-kernel that writes its activation: the weights never depend on it. A candidate: the GPU check's sweep times
-it against cuBLAS per shape.
+end from the sums of squares of the tiles read (K splits leave theirs beside their partials); ``add``: the output
+is the residual stream, to which the product is added in place; ``bias``: added to the product (Qwen2-style
+q/k/v). Launched with PDL (``kernels.pdl``), a program asks L2 for the start of its weight strip before it waits
+for the kernel that writes its activation: the weights never depend on it. A candidate: the GPU check's sweep
+times it against cuBLAS per shape.
 """
 
 from __future__ import annotations
@@ -193,16 +193,23 @@ def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_
     grid = (triton.cdiv(N, block_n), split_k)
     part, squares, counts = split_buffers(grid, N, x.device, "thin_linear")
     launch = pdl.launch_options(x.device)
-    line = max(1, L2_LINE_BYTES // weight.element_size())
-    prefetch_lines = (_prefetch_lines(prefetch_bytes, grid[0] * grid[1], block_n, k_chunk // line, x.device)
-                      if launch["GDC"] else 0)  # fmt: skip
     _thin_linear_kernel[grid](
         x, x.stride(0), weight, weight.stride(0), x if norm_weight is None else norm_weight, eps,
         x if bias is None else bias, part, squares, counts, out, out.stride(0), M, N, K, k_chunk,
         BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split_k, **dot_options(x), GATED=gated, NORM=norm_weight is not None,
-        BIAS=bias is not None, ADD=add, PREFETCH_LINES=prefetch_lines, LINE=line, num_stages=num_stages, num_warps=num_warps, **launch,
+        BIAS=bias is not None, ADD=add, **prefetch_options(weight, grid, block_n, k_chunk, prefetch_bytes, launch),
+        num_stages=num_stages, num_warps=num_warps, **launch,
     )  # fmt: skip
     return out
+
+
+def prefetch_options(weight: torch.Tensor, grid: tuple[int, int], block_n: int, k_chunk: int, budget: int,
+                     launch: dict[str, bool]) -> dict[str, int]:  # fmt: skip
+    """A weight-streaming launch's ``PREFETCH_LINES`` and ``LINE`` (the weight's elements an L2 line holds): no
+    prefetch unless it is launched with PDL (``launch``), since only then is there a wait to read ahead of."""
+    line = max(1, L2_LINE_BYTES // weight.element_size())
+    lines = _prefetch_lines(budget, grid[0] * grid[1], block_n, k_chunk // line, weight.device) if launch["GDC"] else 0
+    return {"PREFETCH_LINES": lines, "LINE": line}
 
 
 def _prefetch_lines(budget: int, programs: int, block_n: int, strip_lines: int, device: torch.device) -> int:
