@@ -287,6 +287,24 @@ def check_silu_mul(rows: int, inner: int, dtype: torch.dtype, device: str = "cpu
                   f"silu_mul {dtype}")  # fmt: skip
 
 
+def _poisoned_caches(batch: int, capacity: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: str,
+                     paths: tuple[str, str]) -> dict[str, list[torch.Tensor]]:  # fmt: skip
+    """A NaN-filled K and V cache ``[batch, capacity, Hkv, D]`` for each of two ways of writing them."""
+    return {p: [torch.full((batch, capacity, kv_heads, head_dim), float("nan"), dtype=dtype, device=device)
+                for _ in range(2)] for p in paths}  # fmt: skip
+
+
+def _assert_cache_writes(got: list[torch.Tensor], want: list[torch.Tensor], start: int, tokens: int,
+                         dtype: torch.dtype, what: str) -> None:  # fmt: skip
+    """The K and V caches ``got`` match ``want`` at positions ``start..start+tokens-1`` and still hold their NaN
+    poison everywhere else."""
+    written = slice(start, start + tokens)
+    for name, cache, expected in zip(("k", "v"), got, want, strict=True):
+        _assert_close(cache[:, written], expected[:, written], ATTENTION_TOL[dtype], f"{what} {name} cache")
+        if not torch.cat([cache[:, :start], cache[:, start + tokens:]], 1).isnan().all():
+            raise AssertionError(f"{what} wrote {name} cache slots outside positions {start}..{start + tokens - 1}")
+
+
 def check_qk_norm_rope(
     tokens: int, heads: int, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype, device: str = "cpu",
     *, batch: int = 1, start: int = 0, seed: int = 0, norm: bool = True,
@@ -303,16 +321,11 @@ def check_qk_norm_rope(
                 for _ in range(2))  # fmt: skip
     angles = torch.rand(tokens, head_dim // 2, generator=gen).to(device) * 100.0
     positions = torch.arange(start, start + tokens, device=device)
-    caches = {p: [torch.full((batch, capacity, kv_heads, head_dim), float("nan"), dtype=dtype, device=device)
-                  for _ in range(2)] for p in ("torch", "triton")}  # fmt: skip
+    caches = _poisoned_caches(batch, capacity, kv_heads, head_dim, dtype, device, ("torch", "triton"))
     q = {p: qk_norm_rope(qkv, heads, kv_heads, q_w, k_w, 1e-6, angles.cos(), angles.sin(), positions, *caches[p],
                          path=p) for p in caches}  # fmt: skip
     _assert_close(q["triton"], q["torch"], ATTENTION_TOL[dtype], f"qk_norm_rope q {dtype}")
-    written = slice(start, start + tokens)
-    for name, got, want in zip(("k", "v"), caches["triton"], caches["torch"], strict=True):
-        _assert_close(got[:, written], want[:, written], ATTENTION_TOL[dtype], f"qk_norm_rope {name} cache {dtype}")
-        if not torch.cat([got[:, :start], got[:, start + tokens:]], 1).isnan().all():
-            raise AssertionError(f"qk_norm_rope wrote {name} cache slots outside positions {start}..{start + tokens - 1}")
+    _assert_cache_writes(caches["triton"], caches["torch"], start, tokens, dtype, f"qk_norm_rope {dtype}")
 
 
 def check_qkv_rope(
@@ -339,18 +352,13 @@ def check_qkv_rope(
     q_w, k_w = (rand(head_dim, scale=0.1, offset=1.0) if qk_norm else None for _ in range(2))
     angles = torch.rand(tokens, head_dim // 2, generator=gen).to(device) * 100.0
     positions = torch.arange(start, start + tokens, device=device)
-    caches = {p: [torch.full((batch, capacity, kv_heads, head_dim), float("nan"), dtype=dtype, device=device)
-                  for _ in range(2)] for p in ("fused", "steps")}  # fmt: skip
+    caches = _poisoned_caches(batch, capacity, kv_heads, head_dim, dtype, device, ("fused", "steps"))
     rope = (heads, kv_heads, q_w, k_w, 1e-6, angles.cos(), angles.sin(), positions)
     want = qk_norm_rope(linear(x, weight, qkv_bias, path="torch", norm=norm), *rope, *caches["steps"], path="torch")
     got = qkv_norm_rope(x, weight, qkv_bias, norm, *rope, *caches["fused"], path="triton", split_k=split_k)
     what = f"qkv_rope {dtype} split_k={split_k}"
     _assert_close(got, want, ATTENTION_TOL[dtype], f"{what} q")
-    written = slice(start, start + tokens)
-    for name, cache, expected in zip(("k", "v"), caches["fused"], caches["steps"], strict=True):
-        _assert_close(cache[:, written], expected[:, written], ATTENTION_TOL[dtype], f"{what} {name} cache")
-        if not torch.cat([cache[:, :start], cache[:, start + tokens:]], 1).isnan().all():
-            raise AssertionError(f"{what} wrote {name} cache slots outside positions {start}..{start + tokens - 1}")
+    _assert_cache_writes(caches["fused"], caches["steps"], start, tokens, dtype, what)
     _assert_counts_zero(device, what)
 
 
