@@ -75,7 +75,7 @@ def run_trials(model: Transformer, candidates: tuple[LayerSteps, ...] = CANDIDAT
     window = torch.randint(0, cfg.vocab_size, (block,), generator=generator, device=device)
     prefix_kv = torch.randn((2, cfg.num_layers, 1, cfg.num_kv_heads, prefix, cfg.head_dim), generator=generator,
                             device=device).to(model.output_weight().dtype)  # fmt: skip
-    reference: torch.Tensor | None = None
+    reference: tuple[torch.Tensor, LayerSteps] | None = None  # the first candidate's logits that ran, and it
     trials = []
     for steps in candidates:
         try:
@@ -83,13 +83,13 @@ def run_trials(model: Transformer, candidates: tuple[LayerSteps, ...] = CANDIDAT
         except Exception as exc:  # a kernel that cannot compile or launch here: the others still run
             trials.append(Trial(steps, None, None, f"{type(exc).__name__}: {exc}"[:200]))
             continue
-        reference = logits if reference is None else reference
-        agree = (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()
+        reference = reference or (logits, steps)
+        agree = (logits.argmax(-1) == reference[0].argmax(-1)).float().mean().item()
         dropped = None
         if not torch.isfinite(logits).all():
             dropped = "non-finite logits"
         elif agree < MIN_ARGMAX_AGREEMENT:
-            dropped = f"argmax agrees with {candidates[0].label} on {agree:.0%} of the rows"
+            dropped = f"argmax agrees with {reference[1].label} on {agree:.0%} of the rows"
         trials.append(Trial(steps, round(ms, 4), round(agree, 3), dropped))
     return trials
 
