@@ -111,8 +111,8 @@ class LayerSteps:
     write too, and the block attention's last split merges the partials, so a layer is 5 launches instead of 10.
     ``pdl``:
     graphed passes launch their Triton kernels with programmatic dependent launch (:mod:`kernels.pdl`).
-    ``prefetch_bytes``: the thin kernels' L2 prefetch budget under PDL, if not their default (the GPU check's
-    sweep)."""
+    ``prefetch_bytes``: the L2 prefetch budget under PDL of the thin kernels and the block attention, if not
+    their default (the GPU check's sweep)."""
 
     kernels: str = "torch"
     thin: bool = False
@@ -148,7 +148,8 @@ class LayerSteps:
                   out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """``q``'s attention over the first ``length`` rows of the caches (:func:`kernels.block_attention`); with
         ``thin``, one launch."""
-        return block_attention(q, k_cache, v_cache, length, out=out, path=self.kernels, one_launch=self.thin)
+        return block_attention(q, k_cache, v_cache, length, out=out, path=self.kernels, one_launch=self.thin,
+                               **self._launch)  # fmt: skip
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> Hidden:
         """``rms_norm(x) * weight``: computed now, or with ``thin`` by the product that reads it."""

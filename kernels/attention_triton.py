@@ -4,8 +4,10 @@ Block attention is decode-shaped: few queries (one block) against a long cache. 
 owns one KV head and packs that head's whole GQA group of queries into its tile, so each K/V
 tile is read once per group; the cache is split across programs (flash-decoding) and a second
 launch merges the partial softmaxes, or (``one_launch``, a candidate the GPU check times) the split that
-finishes last merges them (``kernels.split_count_triton``). Prefill is the usual flash-attention forward with a
-block-causal mask, skipping the mask on tiles every query of the tile can see.
+finishes last merges them (``kernels.split_count_triton``). Launched with PDL (``kernels.pdl``), the programs ask L2
+for their first cached keys and values before waiting for the kernel before: the prefix is not that kernel's
+output. Prefill is the usual flash-attention forward with a block-causal mask, skipping the mask on tiles every
+query of the tile can see.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import triton.language as tl
 
 from kernels import pdl
 from kernels.dispatch import sm_count
-from kernels.pdl_triton import wait_for_previous_kernel
+from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_kernel
 from kernels.split_count_triton import count_in, reset_count, split_counts
 
 NEG_BIG = tl.constexpr(-1.0e30)  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
@@ -62,16 +64,25 @@ def _block_partials_kernel(
     H_KV, n_rows, group, n_block, chunk, capacity, scale_log2, D,
     HAS_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PREC: tl.constexpr, UPCAST: tl.constexpr, MERGE: tl.constexpr, GDC: tl.constexpr,
+    PREFETCH_KEYS: tl.constexpr, ROW_LINES: tl.constexpr, LINE: tl.constexpr,
 ):  # fmt: skip
     """A split's partial softmax for one tile of query rows; with ``MERGE`` the split that finishes last merges
-    every split's partials into the output (else :func:`_block_combine_kernel` does, a launch later)."""
-    wait_for_previous_kernel(GDC)
+    every split's partials into the output (else :func:`_block_combine_kernel` does, a launch later). Under PDL
+    the split's first ``PREFETCH_KEYS`` cached keys and values are asked of L2 before waiting for the kernel
+    before."""
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
     pid_m = tl.program_id(2)
     n_splits = tl.num_programs(1)
     b = pid_bh // H_KV
     h_kv = pid_bh % H_KV
+    kc_base = kc_ptr + b.to(tl.int64) * skc_b + h_kv * skc_h
+    vc_base = vc_ptr + b.to(tl.int64) * svc_b + h_kv * svc_h
+    lo = split * chunk
+    if GDC and PREFETCH_KEYS > 0:
+        _prefetch_keys(kc_base, vc_base, skc_t, svc_t, lo, tl.minimum(tl.load(len_ptr + b), capacity), D,
+                       PREFETCH_KEYS, ROW_LINES, LINE)  # fmt: skip
+    wait_for_previous_kernel(GDC)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # row = query * group + head-in-group
     rd = tl.arange(0, BLOCK_D)
     d_ok = rd < D
@@ -86,12 +97,9 @@ def _block_partials_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     no_blk = tl.zeros([BLOCK_M], tl.int32)
     # The last split (when there is a block) attends the block's own keys; the others a cache chunk.
-    lo = split * chunk
     hi = tl.minimum(tl.minimum(lo + chunk, tl.load(len_ptr + b)), capacity)  # a bad length cannot read past the cache
     if HAS_BLOCK:
         hi = tl.where(split == n_splits - 1, lo, hi)
-    kc_base = kc_ptr + b.to(tl.int64) * skc_b + h_kv * skc_h
-    vc_base = vc_ptr + b.to(tl.int64) * svc_b + h_kv * svc_h
     for start in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend(q, kc_base, vc_base, skc_t, svc_t, start, hi, acc, m_i, l_i, scale_log2,
                                 rd, d_ok, no_blk, 1, BLOCK_N, False, PREC, UPCAST)
@@ -115,6 +123,19 @@ def _block_partials_kernel(
             tl.store(out_ptr + o_off[:, None] + rd[None, :], out.to(out_ptr.dtype.element_ty),
                      mask=row_ok[:, None] & d_ok[None, :])  # fmt: skip
             reset_count(count_ptr, tile)
+
+
+@triton.jit
+def _prefetch_keys(kc_base, vc_base, skc_t, svc_t, lo, length, D,
+                   KEYS: tl.constexpr, ROW_LINES: tl.constexpr, LINE: tl.constexpr):  # fmt: skip
+    """Ask L2 for cached keys ``[lo, lo + KEYS)`` below ``length`` of this head's K and V, a pointer into each
+    line of a row. Only a hint, so it may run before the kernel before has finished: the prefix it reads is no
+    kernel's output in a pass, and lines that kernel is still writing (the block's own keys) are coherent in L2,
+    where writes land. The addresses are clamped to real cache rows, whatever the length."""
+    rows = tl.maximum(tl.minimum(lo + tl.arange(0, KEYS), length - 1), 0).to(tl.int64)
+    cols = tl.minimum(tl.arange(0, ROW_LINES) * LINE, D - 1)
+    prefetch_l2(kc_base + rows[:, None] * skc_t + cols[None, :])
+    prefetch_l2(vc_base + rows[:, None] * svc_t + cols[None, :])
 
 
 @triton.jit
@@ -248,9 +269,11 @@ def block_attention(
     splits: int | None = None,
     block_n: int | None = None,
     one_launch: bool = False,
+    prefetch_bytes: int = pdl.PREFETCH_BYTES,
 ) -> torch.Tensor:
     """Batched ``[B, Nq, Hq, D]`` queries over ``k_cache[:, :lengths[b]]`` (+ the block's K/V); ``one_launch``:
-    the split finishing last merges the partials (else a second launch does)."""
+    the split finishing last merges the partials (else a second launch does); ``prefetch_bytes``: under PDL, the
+    cached K/V bytes all programs ask L2 for before they wait."""
     q, k_cache, v_cache = _last_dim_contiguous(q, k_cache, v_cache)
     B, n_q, h_q, D = q.shape
     h_kv, cap = k_cache.shape[2], k_cache.shape[1]
@@ -286,6 +309,9 @@ def block_attention(
     launch = pdl.launch_options(device)
     out = torch.empty_like(q) if out is None else out
     counts = split_counts(device, B * h_kv * m_tiles, "block_attention") if one_launch else m_part
+    row_lines = triton.next_power_of_2(triton.cdiv(D * k_cache.element_size(), L2_LINE_BYTES))
+    key_bytes = 2 * row_lines * L2_LINE_BYTES  # a key's K and V rows, in whole lines
+    keys = pdl.prefetch_count(prefetch_bytes, B * h_kv * cache_splits, key_bytes, chunk, device) if launch["GDC"] else 0
     _block_partials_kernel[(B * h_kv, total_splits, m_tiles)](
         q, q.stride(0), q.stride(1), q.stride(2),
         k_cache, v_cache, *k_cache.stride()[:3], *v_cache.stride()[:3],
@@ -293,7 +319,7 @@ def block_attention(
         lengths, o_part, m_part, l_part, counts, out, out.stride(0), out.stride(1), out.stride(2),
         h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, cap, scale * LOG2E, D,
         HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q), MERGE=one_launch,
-        **launch,
+        PREFETCH_KEYS=keys, ROW_LINES=row_lines, LINE=max(1, L2_LINE_BYTES // k_cache.element_size()), **launch,
     )  # fmt: skip
     if one_launch:
         return out

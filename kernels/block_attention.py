@@ -74,6 +74,7 @@ def block_attention(
     out: torch.Tensor | None = None,
     path: str = "auto",
     one_launch: bool = False,
+    prefetch_bytes: int | None = None,
 ) -> torch.Tensor:
     """Attention of a block's queries over the cached prefix plus the block itself.
 
@@ -86,7 +87,8 @@ def block_attention(
     Returns ``[B, Nq, Hq, D]`` in q's dtype (written into ``out`` when given, e.g. a static
     buffer under CUDA graphs). There must be at least one key. ``one_launch`` (Triton path; a candidate the GPU
     check times): the cache splits' partial softmaxes are merged by the split that finishes last, not a second
-    launch.
+    launch. ``prefetch_bytes`` (Triton path, under :func:`kernels.pdl.programmatic_launch`): how much of the cache
+    the launch asks L2 for while the kernel before finishes, if not :data:`kernels.pdl.PREFETCH_BYTES`.
     """
     _check_heads(q, k_cache, v_cache, "block_attention")
     if (k_block is None) != (v_block is None):
@@ -104,8 +106,9 @@ def block_attention(
     batched = q.dim() == 4
     args = [t if batched or t is None else t.unsqueeze(0) for t in (q, k_cache, v_cache, k_block, v_block, out)]
     lengths = _lengths(cache_len, args[0].shape[0], args[1].shape[1], q.device)
+    budget = {} if prefetch_bytes is None else {"prefetch_bytes": prefetch_bytes}
     result = attention_triton.block_attention(*args[:3], lengths, *args[3:5], scale, out=args[5],
-                                              one_launch=one_launch)  # fmt: skip
+                                              one_launch=one_launch, **budget)  # fmt: skip
     return result if batched else result[0]
 
 

@@ -19,7 +19,6 @@ from kernels.attention_triton import dot_options
 from kernels.split_count_triton import reset_count
 from kernels.thin_linear_triton import (
     BLOCK_K,
-    PREFETCH_BYTES,
     k_chunks,
     leave_partial,
     prefetch_options,
@@ -93,7 +92,7 @@ def qkv_rope(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n
              heads: int, kv_heads: int, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float,
              cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, *, split_k: int | None = None, num_stages: int = 4, num_warps: int = 4,
-             prefetch_bytes: int = PREFETCH_BYTES) -> torch.Tensor:  # fmt: skip
+             prefetch_bytes: int = pdl.PREFETCH_BYTES) -> torch.Tensor:  # fmt: skip
     """q ``[B, T, H, D]`` of ``x`` ``[B, T, hidden]`` (``B * T <= 16``; with ``norm`` ``(weight, eps)`` of its
     RMSNorm): the product with ``weight`` ``[(H + 2 Hkv) D, hidden]`` (+ ``bias``), q and k heads normalised
     (``q_weight``/``k_weight``, or neither) and rotated by ``cos``/``sin`` ``[T, D/2]``, k and v written into

@@ -404,3 +404,50 @@ def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "
             thin_linear_triton.thin_linear(x, next_weight, out, norm_weight=norm_weight, eps=eps)
         _assert_close(x, x_want, tolerance, f"PDL chain residual {dtype}")
         _assert_close(out, want, tolerance, f"PDL chain {dtype}")
+
+
+def check_pdl_attention_chain(hidden: int, heads: int, kv_heads: int, head_dim: int, prefix: int,
+                              dtype: torch.dtype, device: str = "cpu", *, repeats: int = 3, seed: int = 0) -> None:  # fmt: skip
+    """A layer's attention half as the thin-product pass launches it under ``programmatic_launch``: the q/k/v
+    product of the residual stream's RMSNorm with q/k norm and RoPE, writing the block's K/V after a cached
+    prefix; the one-launch block attention over prefix and block; the o product added to the residual stream.
+    The block's cache rows and the attention output are poisoned before each repeat, so an attention that read
+    the block's keys before the kernel writing them had finished (whatever it asked L2 for ahead of its wait),
+    or an o product that read the attention early, would carry NaN to the output."""
+    from kernels.block_attention import block_attention
+    from kernels.linear import linear, qkv_norm_rope
+    from kernels.pdl import programmatic_launch
+
+    _triton(device)
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale + offset).to(dtype=dtype, device=device)
+
+    tokens, eps, width = 16, 1e-6, heads * head_dim
+    x0 = rand(1, tokens, hidden, scale=2.0)
+    qkv_weight = rand(width + 2 * kv_heads * head_dim, hidden, scale=hidden**-0.5)
+    o_weight = rand(hidden, width, scale=width**-0.5)
+    norm = (rand(hidden, scale=0.1, offset=1.0), eps)
+    q_w, k_w = (rand(head_dim, scale=0.1, offset=1.0) for _ in range(2))
+    angles = torch.rand(tokens, head_dim // 2, generator=gen).to(device) * 100.0
+    rope = (heads, kv_heads, q_w, k_w, eps, angles.cos(), angles.sin(), torch.arange(prefix, prefix + tokens))
+    cached = [rand(1, prefix + tokens, kv_heads, head_dim) for _ in range(2)]
+    length = torch.tensor([prefix + tokens], dtype=torch.int32, device=device)
+
+    def attention_half(path: str, caches: list[torch.Tensor], attended: torch.Tensor | None) -> torch.Tensor:
+        x = x0.clone()
+        q = qkv_norm_rope(x, qkv_weight, None, norm, *rope[:7], rope[7].to(device), *caches, path=path)
+        a = block_attention(q, *caches, length, out=attended, path=path, one_launch=path == "triton")
+        return linear(a.flatten(2), o_weight, path=path, add_to=x)
+
+    want = attention_half("torch", [c.clone() for c in cached], None)
+    for _ in range(repeats):
+        caches = [c.clone() for c in cached]
+        for cache in caches:
+            cache[:, prefix:] = float("nan")
+        attended = torch.full((1, tokens, heads, head_dim), float("nan"), dtype=dtype, device=device)
+        with programmatic_launch():
+            got = attention_half("triton", caches, attended)
+        _assert_close(got, want, ATTENTION_TOL[dtype], f"PDL attention chain {dtype}")
+    _assert_counts_zero(device, f"PDL attention chain {dtype}")

@@ -24,7 +24,6 @@ import triton.language as tl
 
 from kernels import pdl
 from kernels.attention_triton import dot_options
-from kernels.dispatch import sm_count
 from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_kernel
 from kernels.split_count_triton import count_in, reset_count, split_counts
 
@@ -33,10 +32,6 @@ from kernels.split_count_triton import count_in, reset_count, split_counts
 # down (K = 6144) was best with 4 splits, 1536 columns each.
 BLOCK_N, BLOCK_K, SPLIT_K_COLUMNS = 64, 128, 1536
 UNSPLIT_K = 2048  # the longest K read by one program
-# Under PDL, the weight bytes a product's programs ask L2 for before they wait, all together: a sixth of an
-# H100's or H200's 50 MB L2 (a guess until the GPU check's sweep times 0 to 32 MB). For a 1.7B layer that is
-# all of the o product's weight, half of q/k/v's, and the first 2 of 16 K tiles of each gate/up strip.
-PREFETCH_BYTES = 8 << 20
 
 
 @triton.jit
@@ -178,7 +173,7 @@ def split_buffers(grid: tuple[int, int], N: int, device: torch.device, name: str
 
 def thin_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_n: int = BLOCK_N,
                 block_k: int = BLOCK_K, split_k: int | None = None, num_stages: int = 4, num_warps: int = 4,
-                prefetch_bytes: int = PREFETCH_BYTES, gated: bool = False, norm_weight: torch.Tensor | None = None,
+                prefetch_bytes: int = pdl.PREFETCH_BYTES, gated: bool = False, norm_weight: torch.Tensor | None = None,
                 eps: float = 0.0, bias: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:  # fmt: skip
     """``out [M, N] = x [M, K] @ weight [N, K]^T`` for ``M <= 16`` (2-D, contiguous last dims); ``gated``: x is
     ``[M, 2K]``, gate then up, and the input is ``silu(gate) * up``; ``norm_weight`` ``[K]``: the input is
@@ -208,13 +203,6 @@ def prefetch_options(weight: torch.Tensor, grid: tuple[int, int], block_n: int, 
     """A weight-streaming launch's ``PREFETCH_LINES`` and ``LINE`` (the weight's elements an L2 line holds): no
     prefetch unless it is launched with PDL (``launch``), since only then is there a wait to read ahead of."""
     line = max(1, L2_LINE_BYTES // weight.element_size())
-    lines = _prefetch_lines(budget, grid[0] * grid[1], block_n, k_chunk // line, weight.device) if launch["GDC"] else 0
+    programs, line_bytes = grid[0] * grid[1], block_n * L2_LINE_BYTES  # a line of each of the strip's rows
+    lines = pdl.prefetch_count(budget, programs, line_bytes, k_chunk // line, weight.device) if launch["GDC"] else 0
     return {"PREFETCH_LINES": lines, "LINE": line}
-
-
-def _prefetch_lines(budget: int, programs: int, block_n: int, strip_lines: int, device: torch.device) -> int:
-    """L2 lines of each weight row a program asks for before it waits: its share of ``budget`` bytes among the
-    programs that run at once (about two per SM), at most its whole strip, rounded down to a power of two."""
-    at_once = min(programs, 2 * sm_count(device)) if device.type == "cuda" else programs
-    lines = min(budget // (at_once * block_n * L2_LINE_BYTES), strip_lines)
-    return 1 << (lines.bit_length() - 1) if lines > 0 else 0

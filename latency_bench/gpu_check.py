@@ -179,6 +179,8 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
             BLOCK // 2, hidden, *heads, head_dim, cap, f16, d, batch=2, qk_norm=False, bias=True, split_k=3)),
         ("PDL chain: normed gate/up, gated down added to the residual, normed product bf16", lambda d: sc.check_pdl_chain(
             hidden, 3 * hidden, bf16, d, repeats=3 if dry_run else 20)),
+        ("PDL chain: normed q/k/v + RoPE + KV write, one-launch attention over the prefix, o added bf16",
+         lambda d: sc.check_pdl_attention_chain(hidden, *heads, head_dim, length, bf16, d, repeats=3 if dry_run else 20)),
     ]  # fmt: skip
 
 
@@ -416,12 +418,13 @@ def _time_decode(plan: Plan, report: Report, model, cache_len: int) -> None:
           flush=True)  # fmt: skip
 
 
-PREFETCH_BUDGETS_MB = (0, 2, 32)  # around the thin kernel's default (kernels.thin_linear_triton.PREFETCH_BYTES)
+PREFETCH_BUDGETS_MB = (0, 2, 32)  # around the default (kernels.pdl.PREFETCH_BYTES)
 
 
 def _time_prefetch_budgets(plan: Plan, report: Report, model, length: int) -> None:
-    """The thin-product pass under PDL with other L2 prefetch budgets than the default: a tuning row each."""
-    from kernels.thin_linear_triton import PREFETCH_BYTES
+    """The thin-product pass under PDL with other L2 prefetch budgets (products' weights, attention's cache) than
+    the default: a tuning row each."""
+    from kernels.pdl import PREFETCH_BYTES
     from latency_bench.gpu_tuning import mark_best
     from latency_bench.kernels_timing import time_ms
 
@@ -458,7 +461,7 @@ def run_model_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
                 model.path, model.thin, model.pdl = path, thin, pdl
                 report.attempt(f"{name} L={length} [{model.label}]",
                                partial(_time_block_decoding, plan, report, model, prompt, floor_ms))  # fmt: skip
-            if name == plan.shapes[-1] and length == min(plan.prompts) and "triton" in plan.paths:
+            if name == plan.shapes[-1] and "triton" in plan.paths:  # at 4K the attention's prefetch is a quarter
                 report.attempt(f"{name} L={length} prefetch budgets",
                                partial(_time_prefetch_budgets, plan, report, model, length))  # fmt: skip
         cache_len = min(plan.prompts)

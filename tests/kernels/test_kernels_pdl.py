@@ -25,3 +25,8 @@ def test_launches_are_plain_outside_the_context_and_on_the_cpu():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_pass_s_kernel_chain_under_pdl_matches_the_torch_steps(dtype):
     selfcheck.check_pdl_chain(64, 2304, dtype, repeats=2)  # inner 2304: the down product splits K
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_pass_s_attention_half_under_pdl_matches_the_torch_steps(dtype):
+    selfcheck.check_pdl_attention_chain(64, 4, 2, 16, 70, dtype, repeats=2)  # a prefix that is no multiple of a tile
