@@ -257,6 +257,27 @@ def dot_options(t: torch.Tensor) -> dict[str, object]:
     return {"PREC": "ieee" if upcast or t.dtype == torch.float32 else "tf32", "UPCAST": upcast}
 
 
+def plan_splits(q: torch.Tensor, k_cache: torch.Tensor, splits: int | None, block_n: int | None) -> tuple[int, int, int]:
+    """``(block_m, block_n, chunk)``: the query-row and key tiles, and the keys of each cache split. ``splits``
+    as asked (at most one a key tile); None: about two programs per SM, each on at least four key tiles."""
+    B, n_q, h_q, _ = q.shape
+    h_kv, cap = k_cache.shape[2], k_cache.shape[1]
+    cuda = q.device.type == "cuda"
+    n_rows = n_q * (h_q // h_kv)
+    block_m = max(16, min(64, triton.next_power_of_2(n_rows)))
+    block_n = block_n or (64 if cuda else 32)
+    auto = splits is None
+    if auto:
+        # at most two programs per SM, rounded down: a third partial wave cost 28% at B8 over 4K keys
+        # (splits 5 vs 4, latency_bench/results/gpu_check_h200_2026-12-04_run3.md)
+        splits = 2 * sm_count(q.device) // (B * h_kv * triton.cdiv(n_rows, block_m)) if cuda else 2
+    splits = max(1, min(splits, triton.cdiv(cap, block_n)))
+    chunk = triton.cdiv(triton.cdiv(cap, splits), block_n) * block_n
+    if auto and cuda:  # a split's partial output costs as much traffic as ~64 keys: keep chunks long
+        chunk = max(chunk, 4 * block_n)
+    return block_m, block_n, chunk
+
+
 def block_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -285,20 +306,8 @@ def block_attention(
     else:
         k_block, v_block = k_cache, v_cache
     device = q.device
-    block_m = max(16, min(64, triton.next_power_of_2(n_rows)))
-    block_n = block_n or (64 if device.type == "cuda" else 32)
+    block_m, block_n, chunk = plan_splits(q, k_cache, splits, block_n)
     block_d = max(16, triton.next_power_of_2(D))
-    if splits is None:
-        if device.type == "cuda":
-            # at most two programs per SM, rounded down: a third partial wave cost 28% at B8 over 4K keys
-            # (splits 5 vs 4, latency_bench/results/gpu_check_h200_2026-12-04_run3.md)
-            splits = 2 * sm_count(device) // (B * h_kv * triton.cdiv(n_rows, block_m))
-        else:
-            splits = 2
-    splits = max(1, min(splits, triton.cdiv(cap, block_n)))
-    chunk = triton.cdiv(triton.cdiv(cap, splits), block_n) * block_n
-    if device.type == "cuda":  # a split's partial output costs as much traffic as ~64 keys: keep chunks long
-        chunk = max(chunk, 4 * block_n)
     cache_splits = triton.cdiv(cap, chunk)
     total_splits = cache_splits + int(has_block)
     f32 = dict(dtype=torch.float32, device=device)

@@ -8,6 +8,7 @@ new GPU shows at once whether it wants another. Rows name the parameters; ``auto
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -70,24 +71,40 @@ def _confidence_params(options: dict[str, object]) -> str:
 
 def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_dim: int,
                           caches: tuple[int, ...], batches: tuple[int, ...]) -> list[dict[str, object]]:  # fmt: skip
-    """Block attention over the cache: key tile x cache splits (flash-decoding), and at the default tile and
-    splits, the last split merging the partials (one launch) against a second launch merging them."""
-    from kernels.attention_triton import block_attention
+    """Block attention over the cache: key tile x cache splits (flash-decoding), and the last split merging the
+    partials (one launch, as the thin layer runs it) against a second launch merging them, at the default tile
+    and splits and at finer splits than the default's (chunks under four key tiles: what a short cache may
+    want). A row names the splits that ran (an ask is capped at one a key tile)."""
+    from kernels.attention_triton import block_attention, plan_splits
 
-    variants = [("auto", {}), ("auto, one launch", {"one_launch": True})] + [
-        (f"block_n={block_n} splits={splits or 'auto'}", {"block_n": block_n, "splits": splits})
-        for block_n, splits in itertools.product((32, 64, 128), (4, 16, 64, None))]
+    tiles = [{"block_n": block_n, "splits": splits}
+             for block_n, splits in itertools.product((32, 64, 128), (4, 16, 64, None))]  # fmt: skip
+    variants = [{}, {"one_launch": True}, *tiles, *({"block_n": 32, "splits": s, "one_launch": True} for s in (16, 64))]
     rows = []
     for batch, cap in itertools.product(batches, caches):
         q = torch.randn(batch, 16, heads, head_dim, device=device, dtype=torch.bfloat16)
         k = torch.randn(batch, cap, kv_heads, head_dim, device=device, dtype=torch.bfloat16)
         v = torch.randn_like(k)
         lengths = torch.full((batch,), cap, dtype=torch.int32, device=device)
-        for params, options in variants:
+        timed = set()
+        for options in variants:
+            _, block_n, chunk = plan_splits(q, k, options.get("splits"), options.get("block_n"))
+            params = _attention_params(options, block_n, math.ceil(cap / chunk))
+            if params in timed:  # an ask capped to one already timed
+                continue
+            timed.add(params)
             run = partial(block_attention, q, k, v, lengths, None, None, head_dim**-0.5, **options)
             rows.append({"kernel": "block_attention", "shape": f"B{batch} 16q over {cap} keys", "params": params,
                          "ms": round(_device_ms(run, device), 4)})  # fmt: skip
     return mark_best(rows)
+
+
+def _attention_params(options: dict[str, object], block_n: int, splits: int) -> str:
+    """A sweep row's ``params``: ``auto`` for the default tile and splits, else the tile and the splits run."""
+    params = "auto" if "block_n" not in options else f"block_n={block_n} splits={splits}"
+    if options.get("splits") is None and "block_n" in options:
+        params += " (auto)"
+    return params + ", one launch" * options.get("one_launch", False)
 
 
 def thin_linear_sweep(device: torch.device, shape: Shape) -> list[dict[str, object]]:
