@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import sys
 import time
 import traceback
@@ -70,6 +71,16 @@ class Plan:
         # confidence also at 64 blocks: a 311 MB read, large enough to measure streaming against the floor
         return Plan(torch.device("cuda"), False, ("qwen3-0.6b", "sdar-1.7b"), (512, 4096), (1, 8), (1, 8, 64),
                     151936, 2 << 30, 5, 30, paths)  # fmt: skip
+
+
+class OutOfTime(BaseException):
+    """SIGTERM (``timeout`` in ``gpu_check.sh``): the run's time is up. A BaseException, so no section's own
+    error handling swallows it; the run writes what it measured and stops."""
+
+
+def _out_of_time(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the results are being written
+    raise OutOfTime
 
 
 @dataclass
@@ -700,14 +711,26 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(("engine", lambda: report.engine.extend(
                 run_engine_timings(plan.device, plan.reps // 5 or 1, plan.paths, questions))))
     seconds = report.env["section_seconds"] = {}  # what each section costs of the run's time limit
-    for name, run in sections:
-        print(f"== {name}", flush=True)
-        started = time.perf_counter()
-        report.attempt(name, run)
+    previous = signal.signal(signal.SIGTERM, _out_of_time)
+    name, started = "", time.perf_counter()
+    try:
+        for name, run in sections:
+            print(f"== {name}", flush=True)
+            started = time.perf_counter()
+            report.attempt(name, run)
+            seconds[name] = round(time.perf_counter() - started, 1)
+            print(f"   {name}: {seconds[name]} s", flush=True)
+            evaluate_goals(report)
+            md, js = write_results(report, args.out_dir, args.dry_run)  # after every section: a timeout keeps it
+    except OutOfTime:
         seconds[name] = round(time.perf_counter() - started, 1)
-        print(f"   {name}: {seconds[name]} s", flush=True)
+        report.errors.append(f"{name}: cut short by the time limit (SIGTERM) after {seconds[name]} s; "
+                             "the sections after it did not run")  # fmt: skip
+        print(report.errors[-1], file=sys.stderr, flush=True)
         evaluate_goals(report)
-        md, js = write_results(report, args.out_dir, args.dry_run)  # after every section: a timeout keeps the rest
+        md, js = write_results(report, args.out_dir, args.dry_run)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"wrote {md} and {js}")
     if report.errors:
         print(f"gpu_check: {len(report.errors)} failure(s); see {md}", file=sys.stderr)

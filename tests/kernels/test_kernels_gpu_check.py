@@ -109,3 +109,29 @@ def test_model_step_agrees_across_kernel_paths(batch):
     per_layer = (s.heads + 2 * s.kv_heads + s.heads) * s.head_dim * s.hidden + 3 * s.intermediate * s.hidden
     per_layer += 2 * s.hidden + 2 * s.head_dim
     assert model.weight_bytes() == 4 * (s.layers * per_layer + s.vocab * s.hidden + s.hidden)
+
+
+def test_a_run_cut_short_by_its_time_limit_keeps_what_it_measured(tmp_path):
+    """gpu_check.sh's `timeout` sends SIGTERM: the sections already run stay written, the cut one is named."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "latency_bench.gpu_check", "--dry-run", "--out-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        for line in proc.stdout:
+            if line.startswith("== correctness"):  # the first section is done and written
+                proc.send_signal(signal.SIGTERM)
+                break
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stderr
+    report = json.loads(next(tmp_path.glob("gpu_check_dryrun_*.json")).read_text())
+    assert report["env"]["copy_bandwidth_gbs"] > 0
+    assert list(report["env"]["section_seconds"]) == ["copy bandwidth", "correctness"]
+    assert len(report["errors"]) == 1 and report["errors"][0].startswith("correctness: cut short by the time limit")
+    assert "cut short by the time limit" in stderr
