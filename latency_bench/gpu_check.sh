@@ -2,6 +2,8 @@
 # The GPU check (issue 7): kernel correctness on the device, kernel and model-shape timings vs
 # their floors. Needs only PyTorch + Triton on a CUDA machine; writes latency_bench/results/.
 # Usage: latency_bench/gpu_check.sh [--skip-models] [--out-dir DIR]     (PYTHON=... to pick one)
+# GPU_CHECK_TIMEOUT (seconds, default 290): then the check is sent SIGTERM; it writes what it measured, names
+# the section it cut and exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
