@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from dlm.cli_args import add_placement
 from dlm.config import CheckpointError
 from dlm.engine import Engine, PromptTooLong
 from dlm.grounded_call import grounded_call
@@ -143,6 +144,7 @@ def run_chat(engine: Engine, lines: Iterable[str], out: TextIO, effort: str | No
 def add_arguments(p: argparse.ArgumentParser, default_model: str | None) -> None:
     p.add_argument("--model", default=default_model, help="checkpoint directory (default: the embedded demo)")
     p.add_argument("--effort", choices=("low", "medium", "high"), default=None)
+    add_placement(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
         print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
         return 2
     try:
-        engine = Engine.from_dir(args.model)
-    except (CheckpointError, OSError) as exc:
+        engine = Engine.from_dir(args.model, args.dtype, args.device)
+    except (CheckpointError, OSError, ValueError) as exc:  # ValueError: a GPU that is not there
         print(f"error: {exc}", file=sys.stderr)
         return 2
     interactive = sys.stdin.isatty()

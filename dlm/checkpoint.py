@@ -37,6 +37,25 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
         raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}") from None
 
 
+def placement(device: str | torch.device = "auto", dtype: str | torch.dtype = "auto") -> tuple[torch.device, torch.dtype]:
+    """Where a model runs and in what: ``auto`` device, CUDA when this torch sees a GPU, else the CPU; ``auto``
+    dtype, bfloat16 on CUDA (half the bytes a pass reads, and what the Triton kernels were tuned and checked in)
+    and float32 on the CPU (what every CPU figure in the README was measured in). A CUDA device that is not
+    there is refused here, before a weight is read."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        where = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}; use auto, cpu or cuda[:N]") from None
+    if where.type == "cuda" and (where.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this torch ({torch.__version__}) sees {torch.cuda.device_count()} "
+                         "CUDA device(s)")  # fmt: skip
+    if dtype == "auto":
+        dtype = torch.bfloat16 if where.type == "cuda" else torch.float32
+    return where, parse_dtype(dtype)
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -105,7 +124,7 @@ def _iter_tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, f.get_tensor(name)
 
 
-def load_model(path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu") -> Transformer:
+def load_model(path: str | Path, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu") -> Transformer:
     root = Path(path)
     cfg = load_config(root)
     dtype = parse_dtype(dtype)
@@ -150,7 +169,7 @@ def _tokenizer_mask_id(root: Path, cfg: ModelConfig, tokenizer: Tokenizer) -> in
 
 
 def load_checkpoint(
-    path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu"
+    path: str | Path, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu"
 ) -> tuple[Transformer, Tokenizer]:
     """The model and its tokenizer, checked against each other.
 

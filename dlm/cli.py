@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from dlm.cli_args import at_least_one, finite_float
+from dlm.cli_args import add_placement, at_least_one, finite_float
 
 DEMO_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "demo"
 
@@ -39,7 +39,7 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=finite_float, default=0.0)
     p.add_argument("--top-p", type=finite_float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    add_placement(p)
     p.add_argument("--kernels", choices=("auto", "torch", "triton"), default="auto",
                    help="token selection on the Triton kernels or in torch (auto: Triton on CUDA)")
     p.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
@@ -58,9 +58,9 @@ def _run_generate(args: argparse.Namespace) -> int:
         print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
         return 2
     try:
-        engine = Engine.from_dir(args.model, dtype=args.dtype, kernels=args.kernels, cuda_graphs=args.cuda_graphs,
-                                 layer_steps=args.layer_steps)  # fmt: skip
-    except (CheckpointError, RuntimeError, ValueError) as exc:  # ValueError: an unknown --dtype
+        engine = Engine.from_dir(args.model, dtype=args.dtype, device=args.device, kernels=args.kernels,
+                                 cuda_graphs=args.cuda_graphs, layer_steps=args.layer_steps)  # fmt: skip
+    except (CheckpointError, RuntimeError, ValueError) as exc:  # ValueError: a GPU that is not there
         print(f"error: {exc}", file=sys.stderr)
         return 2
     prompt = [{"role": "user", "content": args.prompt}] if args.prompt is not None else args.raw

@@ -78,6 +78,21 @@ def host(text: str) -> str:
     return text
 
 
+def device(text: str) -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether that GPU is there is checked when the model loads)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text!r}")
+    return text
+
+
+def add_placement(p: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--dtype`` for a command that loads the LM (resolved by ``dlm.checkpoint.placement``)."""
+    p.add_argument("--device", type=device, default="auto",
+                   help="where the LM runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                   help="the weights' type (auto: bfloat16 on a GPU, float32 on the CPU)")
+
+
 def checkpoint(text: str) -> str:
     """A checkpoint directory whose config.json describes a model this engine runs (the weights and the
     tokenizer are checked when they are loaded; catch :class:`dlm.config.CheckpointError` there too)."""

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from dlm.checkpoint import load_checkpoint
+from dlm.checkpoint import load_checkpoint, placement
 from dlm.constrained import vocab_strings
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
@@ -160,10 +160,12 @@ class Engine:
 
     @classmethod
     def from_dir(
-        cls, path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu", kernels: str = "auto",
-        cuda_graphs: str = "auto", layer_steps: str = "auto",
+        cls, path: str | Path, dtype: str | torch.dtype = "auto", device: str | torch.device = "auto",
+        kernels: str = "auto", cuda_graphs: str = "auto", layer_steps: str = "auto",
     ) -> Engine:
-        """Load a checkpoint directory (see :mod:`dlm.checkpoint`)."""
+        """Load a checkpoint directory (see :mod:`dlm.checkpoint`); ``device`` and ``dtype`` as
+        :func:`dlm.checkpoint.placement` resolves them (auto: bfloat16 on a GPU when there is one)."""
+        device, dtype = placement(device, dtype)
         model, tokenizer = load_checkpoint(path, dtype, device)
         gen_file = Path(path) / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.exists() else {}

@@ -16,7 +16,7 @@ from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
 from dlm.api.state import STATE, ApiState
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import at_least_one, cannot_listen, finite_float, host, port, refusal
+from dlm.cli_args import add_placement, at_least_one, cannot_listen, finite_float, host, port, refusal
 from dlm.decoding.logit_bias import COPY_FOLLOW
 
 _CREATED = int(time.time())
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint directory (default: the embedded demo checkpoint)")
     p.add_argument("--host", type=host, default="127.0.0.1")
     p.add_argument("--port", type=port, default=8000)
-    p.add_argument("--dtype", default="float32")
+    add_placement(p)
     p.add_argument("--model-name", help="the id clients send as 'model' (default: the directory name)")
     p.add_argument("--api-key", default=os.environ.get("DLM_API_KEY"),
                    help="bearer token clients must send (required off loopback; default $DLM_API_KEY)")
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     from dlm.engine import Engine  # the engine pulls in torch: only when actually serving
 
     try:
-        engine = Engine.from_dir(args.model, args.dtype)
-    except (CheckpointError, ValueError) as exc:  # ValueError: an unknown --dtype
+        engine = Engine.from_dir(args.model, args.dtype, args.device)
+    except (CheckpointError, ValueError) as exc:  # ValueError: a GPU that is not there
         raise refusal(str(exc)) from None
     name = args.model_name or os.path.basename(os.path.normpath(args.model))
     limits = ApiLimits(max_concurrent=args.max_concurrent, max_prompt_tokens=args.max_prompt_tokens)

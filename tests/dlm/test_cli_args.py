@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+import torch
 
 from dlm.api.server import build_parser as serve_parser
 from dlm.eval import main as eval_main
@@ -55,11 +56,43 @@ def test_dlm_generate_refuses_a_nan_temperature(capsys: pytest.CaptureFixture[st
     assert exit_.value.code == 2 and "must be a finite number" in capsys.readouterr().err
 
 
-def test_dlm_generate_names_an_unknown_dtype(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--dtype", "bogus"], "invalid choice: 'bogus'"),
+    (["--device", "tpu"], "must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+])
+def test_dlm_generate_names_an_unknown_dtype_or_device(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                       message: str) -> None:  # fmt: skip
     from dlm.cli import main
 
-    assert main(["generate", "--prompt", "hi", "--dtype", "bogus"]) == 2
-    assert "unknown dtype 'bogus'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--prompt", "hi", *argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU that is not there")
+@pytest.mark.parametrize("command", [["generate", "--prompt", "hi"], ["chat"]])
+def test_dlm_commands_refuse_a_gpu_that_is_not_there(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """One line and status 2 before any weight is read, not a CUDA error from deep inside the load."""
+    from dlm.cli import main
+
+    assert main([*command, "--device", "cuda:1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: device 'cuda:1': this torch ({torch.__version__}) sees 0 CUDA device(s)"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks where auto lands without a GPU")
+def test_the_engine_lands_on_the_cpu_in_float32_by_default_without_a_gpu() -> None:
+    from dlm.checkpoint import placement
+    from dlm.cli import DEMO_CHECKPOINT
+    from dlm.engine import Engine
+
+    assert placement() == (torch.device("cpu"), torch.float32)
+    assert placement("cpu", "bfloat16") == (torch.device("cpu"), torch.bfloat16)
+    engine = Engine.from_dir(DEMO_CHECKPOINT)
+    try:
+        assert engine.device == torch.device("cpu") and engine.model.output_weight().dtype == torch.float32
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("argv", [["--port", "0"], ["--max-sessions", "0"]])
@@ -122,6 +155,8 @@ def test_eval_refuses_a_checkpoint_without_weights(tmp_path: Path, capsys: pytes
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "/nonexistent/model"], "error: /nonexistent/model: not a checkpoint directory"),  # had been status 1
     (["--host", "0.0.0.0"], "error: binding 0.0.0.0 (not loopback) requires an API key"),  # had been status 1
+    pytest.param(["--device", "cuda"], "error: device 'cuda': this torch", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="checks the refusal of a GPU that is not there")),
 ])
 def test_dlm_serve_refusals_are_status_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                          argv: list[str], message: str) -> None:
