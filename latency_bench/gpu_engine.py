@@ -65,7 +65,8 @@ def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
 
     rows, decoded = [], []
     for graphs, kernels in [("off", paths[0]), *(("on", path) for path in paths)]:
-        engine = Engine.from_dir(DEMO_CHECKPOINT, device=str(device), kernels=kernels, cuda_graphs=graphs)
+        # float32, as every run before 2026-12-07 timed it (the engine's default on a GPU is now bfloat16)
+        engine = Engine.from_dir(DEMO_CHECKPOINT, "float32", str(device), kernels=kernels, cuda_graphs=graphs)
         try:
             _timed_turns(engine, 1, questions)  # warm-up: CUDA context, Triton JIT, graph capture
             ids, figures = _timed_turns(engine, reps, questions)
