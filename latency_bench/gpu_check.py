@@ -73,16 +73,6 @@ class Plan:
                     151936, 2 << 30, 5, 30, paths)  # fmt: skip
 
 
-class OutOfTime(BaseException):
-    """SIGTERM (``timeout`` in ``gpu_check.sh``): the run's time is up. A BaseException, so no section's own
-    error handling swallows it; the run writes what it measured and stops."""
-
-
-def _out_of_time(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the results are being written
-    raise OutOfTime
-
-
 @dataclass
 class Report:
     env: dict[str, object] = field(default_factory=dict)
@@ -711,24 +701,31 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(("engine", lambda: report.engine.extend(
                 run_engine_timings(plan.device, plan.reps // 5 or 1, plan.paths, questions))))
     seconds = report.env["section_seconds"] = {}  # what each section costs of the run's time limit
-    previous = signal.signal(signal.SIGTERM, _out_of_time)
-    name, started = "", time.perf_counter()
-    try:
-        for name, run in sections:
-            print(f"== {name}", flush=True)
-            started = time.perf_counter()
-            report.attempt(name, run)
-            seconds[name] = round(time.perf_counter() - started, 1)
-            print(f"   {name}: {seconds[name]} s", flush=True)
-            evaluate_goals(report)
-            md, js = write_results(report, args.out_dir, args.dry_run)  # after every section: a timeout keeps it
-    except OutOfTime:
-        seconds[name] = round(time.perf_counter() - started, 1)
+    current = {"name": "", "started": time.perf_counter()}
+
+    def out_of_time(signum: int, frame: object) -> None:
+        """SIGTERM (``timeout`` in gpu_check.sh): write what was measured, name the section cut, and exit. Done
+        here, not by raising: an exception raised while the main thread runs a ``__del__`` is swallowed, and the
+        run would go on past its limit."""
+        name = current["name"]
+        seconds[name] = round(time.perf_counter() - current["started"], 1)
         report.errors.append(f"{name}: cut short by the time limit (SIGTERM) after {seconds[name]} s; "
                              "the sections after it did not run")  # fmt: skip
-        print(report.errors[-1], file=sys.stderr, flush=True)
         evaluate_goals(report)
-        md, js = write_results(report, args.out_dir, args.dry_run)
+        md, _ = write_results(report, args.out_dir, args.dry_run)
+        print(f"gpu_check: {report.errors[-1]}; wrote {md}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    previous = signal.signal(signal.SIGTERM, out_of_time)
+    try:
+        for name, run in sections:
+            current.update(name=name, started=time.perf_counter())  # before the line that says it started
+            print(f"== {name}", flush=True)
+            report.attempt(name, run)
+            seconds[name] = round(time.perf_counter() - current["started"], 1)
+            print(f"   {name}: {seconds[name]} s", flush=True)
+            evaluate_goals(report)
+            md, js = write_results(report, args.out_dir, args.dry_run)  # after every section
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(f"wrote {md} and {js}")
