@@ -40,9 +40,11 @@ class LmConfig:
 
     checkpoint: str = "dlm/assets/demo"
     """Checkpoint directory; relative paths are resolved against the repository root."""
-    device: str = "cpu"
+    device: str = "auto"
+    """``auto`` (a CUDA GPU when torch sees one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
     dtype: str = "float32"
     threads: int = 2
+    """torch threads when the LM is on the CPU."""
     system_prompt: str = "you are a helpful voice assistant. keep answers short."
     max_new_tokens: int = 64
     block_size: int | None = None

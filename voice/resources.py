@@ -23,6 +23,7 @@ _WARM_MESSAGES = [{"role": "user", "content": "Hello."}]
 
 def load_engine(config: PipelineConfig) -> Any:
     """The LM engine for ``config.lm``, with a clear error when the checkpoint is not there."""
+    from dlm.checkpoint import placement
     from dlm.engine import Engine
 
     path = config.lm.checkpoint_path()
@@ -31,9 +32,13 @@ def load_engine(config: PipelineConfig) -> Any:
             f"LM checkpoint {path} not found (lm.checkpoint in config {config.name!r}); "
             "train the demo model with `make demo-model` or point lm.checkpoint at a checkpoint directory"
         )
-    if config.lm.device == "cpu":
+    try:
+        device, dtype = placement(config.lm.device, config.lm.dtype)
+    except ValueError as exc:  # a GPU that is not there, an unknown device or dtype
+        raise ConfigError(f"lm.device / lm.dtype in config {config.name!r}: {exc}") from None
+    if device.type == "cpu":
         torch.set_num_threads(config.lm.threads)
-    return Engine.from_dir(path, device=config.lm.device, dtype=config.lm.dtype)
+    return Engine.from_dir(path, dtype, device)
 
 
 async def warm_engine(engine: Any) -> None:

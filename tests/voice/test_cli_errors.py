@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from voice.audio import write_wav
 from voice.cli import main
@@ -64,3 +65,19 @@ def test_serve_refuses_what_is_no_host(capsys: pytest.CaptureFixture[str], host:
     """Even with a token, before its models load (had been exit status 1, or a failed bind after loading)."""
     assert main(["serve", "--host", host, "--token", "t"]) == 2
     assert _one_line(capsys) == f"error: argument --host: must be an IP address or a host name, got {host!r}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU that is not there")
+@pytest.mark.parametrize(("lm", "problem"), [
+    ('device = "cuda:1"', "sees 0 CUDA device(s)"),
+    ('device = "tpu"', "unknown device 'tpu'"),
+    ('dtype = "float8"', "unknown dtype 'float8'"),
+])
+def test_an_lm_placement_this_machine_cannot_give(tmp_path: Path, clip: Path, capsys: pytest.CaptureFixture[str],
+                                                  lm: str, problem: str) -> None:
+    """The default profile's `device = "auto"` lands on the CPU here; a named GPU that is not there is one line."""
+    config = tmp_path / "gpu.toml"
+    config.write_text(f"[lm]\n{lm}\n")
+    assert main(["run", str(clip), "--fast", "--config", str(config)]) == 2
+    line = _one_line(capsys)
+    assert line.startswith("error: lm.device / lm.dtype in config") and problem in line

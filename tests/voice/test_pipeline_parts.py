@@ -94,7 +94,7 @@ def test_profiles_override_the_defaults() -> None:
     assert phone.name == "phone" and phone.output_rate == 8000
     assert phone.vad.aggressiveness == 3
     assert phone.asr == load_config("default").asr
-    assert load_config("gpu").lm.device == "cuda"
+    assert load_config("gpu").lm.device == "cuda" and load_config("default").lm.device == "auto"
     assert load_config("cpu-demo").lm.checkpoint == "dlm/assets/demo"
 
 
