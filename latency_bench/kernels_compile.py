@@ -4,7 +4,7 @@ The CPU interpreter runs kernels as Python, so it accepts code the real compiler
 non-constexpr global, a loop-carried type change, an unsupported dot). This runs the real host
 wrappers on CPU tensors with each kernel replaced by a recorder, then compiles each recorded
 launch ahead of time for ``sm_90`` down to a cubin (Triton ships ptxas), with the divisibility a launch
-specializes, so its shared memory and loop cost are the device's. Run it in a process *without*
+specializes, so its shared memory, loop cost and register spills are the device's. Run it in a process *without*
 ``TRITON_INTERPRET``: ``python -m latency_bench.kernels_compile``.
 """
 
@@ -70,6 +70,7 @@ class Compiled:
     waits_for_previous: bool  # griddepcontrol.wait: the kernel takes part in programmatic dependent launch
     l2_prefetches: int  # prefetch.global.L2 instructions: reads issued before that wait
     async_copies: bool  # cp.async: a software-pipelined loop's loads, copied to shared memory stages ahead
+    spill_stores: int  # STL in the SASS: registers spilled to local memory (off-chip, through L1)
 
 
 def loop_cost(sass: str) -> tuple[int, int]:
@@ -103,9 +104,9 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
                             options=options)  # fmt: skip
     seconds = time.perf_counter() - t0
-    ptx = kernel.asm["ptx"]
-    return Compiled(seconds, int(kernel.metadata.shared), *loop_cost(get_sass(kernel.asm["cubin"])),
-                    "griddepcontrol.wait" in ptx, ptx.count("prefetch.global.L2"), "cp.async." in ptx)  # fmt: skip
+    ptx, sass = kernel.asm["ptx"], get_sass(kernel.asm["cubin"])
+    return Compiled(seconds, int(kernel.metadata.shared), *loop_cost(sass), "griddepcontrol.wait" in ptx,
+                    ptx.count("prefetch.global.L2"), "cp.async." in ptx, len(re.findall(r"\bSTL\b", sass)))  # fmt: skip
 
 
 @contextmanager
@@ -314,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"needs {c.shared_bytes} bytes of shared memory, over the {SHARED_MEMORY_LIMIT} limit")
             pdl = f", waits for the kernel before after {c.l2_prefetches} L2 prefetches" if c.waits_for_previous else ""
             pipelined = ", loads copied ahead (cp.async)" if c.async_copies else ""
+            spills = f", {c.spill_stores} register spill stores" if c.spill_stores else ""
             print(f"ok   {label} ({c.seconds:.1f} s, {c.shared_bytes // 1024} KiB shared, loop body "
-                  f"{c.loop_instructions} SASS instructions / {c.loop_barriers} barriers{pdl}{pipelined})", flush=True)  # fmt: skip
+                  f"{c.loop_instructions} SASS instructions / {c.loop_barriers} barriers{pdl}{pipelined}{spills})",
+                  flush=True)  # fmt: skip
         except Exception as exc:
             failures += 1
             print(f"FAIL {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
