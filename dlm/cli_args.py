@@ -85,12 +85,13 @@ def device(text: str) -> str:
     return text
 
 
-def add_placement(p: argparse.ArgumentParser) -> None:
-    """``--device`` and ``--dtype`` for a command that loads the LM (resolved by ``dlm.checkpoint.placement``)."""
+def add_placement(p: argparse.ArgumentParser, dtype: str = "auto") -> None:
+    """``--device`` and ``--dtype`` for a command that loads the LM (resolved by ``dlm.checkpoint.placement``);
+    ``dtype``: the default, for a command whose figures were measured in one."""
     p.add_argument("--device", type=device, default="auto",
                    help="where the LM runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N")
-    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
-                   help="the weights' type (auto: bfloat16 on a GPU, float32 on the CPU)")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default=dtype,
+                   help="the weights' type (auto: bfloat16 on a GPU, float32 on the CPU; default %(default)s)")
 
 
 def checkpoint(text: str) -> str:

@@ -39,7 +39,7 @@ from tqdm import tqdm
 from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import at_least_one, checkpoint, finite_float, output_path, refusal
+from dlm.cli_args import add_placement, at_least_one, checkpoint, finite_float, output_path, refusal
 from dlm.config import CheckpointError
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
@@ -384,6 +384,7 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=checkpoint, default=str(DEMO_CHECKPOINT),
                         help="checkpoint directory (default: the demo)")
+    add_placement(parser, dtype="float32")  # the figures the docs quote were measured in float32
     parser.add_argument("--json", type=output_path, help="also write the figures to this JSON file")
     parser.add_argument("--failures", type=output_path, help="also write the dialogues the headline effort got wrong (calls "
                                            "grounded), or whose free tool call was wrong, to this JSON-lines file: "
@@ -420,8 +421,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.confidence_order:
         rule["in_order"] = False
     try:
-        engine = Engine.from_dir(args.model)
-    except CheckpointError as err:  # its weights or tokenizer (--model checked its config.json)
+        engine = Engine.from_dir(args.model, args.dtype, args.device)
+    except (CheckpointError, ValueError) as err:  # its weights or tokenizer (--model checked config.json); a GPU not there
         raise refusal(str(err)) from None
     assistant = Assistant(engine, args.block_size, rule, args.copy_bias)
     failures: list[dict[str, Any]] | None = [] if args.failures else None

@@ -18,6 +18,7 @@ from voice.server import InsecureBindError, add_arguments, check_bind, server_co
     ["--json", "{tmp}/missing/e.json"],  # had failed with a traceback after the whole eval
     ["--failures", "{tmp}"],  # a directory
     ["--limit", "0"],  # had evaluated nothing, exit 0, and written NaN
+    ["--device", "tpu"],
 ])
 def test_eval_refuses_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:  # argparse refuses: the model is never loaded
@@ -70,12 +71,18 @@ def test_dlm_generate_names_an_unknown_dtype_or_device(capsys: pytest.CaptureFix
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU that is not there")
-@pytest.mark.parametrize("command", [["generate", "--prompt", "hi"], ["chat"]])
+@pytest.mark.parametrize("command", [["generate", "--prompt", "hi"], ["chat"], ["eval"]])
 def test_dlm_commands_refuse_a_gpu_that_is_not_there(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
     """One line and status 2 before any weight is read, not a CUDA error from deep inside the load."""
     from dlm.cli import main
 
-    assert main([*command, "--device", "cuda:1"]) == 2
+    argv = [*command, "--device", "cuda:1"]
+    if command == ["eval"]:
+        with pytest.raises(SystemExit) as exit_:
+            eval_main(argv[1:])
+        assert exit_.value.code == 2
+    else:
+        assert main(argv) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"error: device 'cuda:1': this torch ({torch.__version__}) sees 0 CUDA device(s)"
 
