@@ -8,6 +8,7 @@ with the worst deviation when the kernel and its reference disagree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,16 @@ def _assert_close(got: torch.Tensor, want: torch.Tensor, tol: Tolerance, what: s
             f"{what}: max |error| {err.max().item():.3g} over tolerance (atol {tol.atol}, rtol {tol.rtol}); "
             f"worst element {worst}: got {got.flatten()[worst].item():.6g}, want {want.flatten()[worst].item():.6g}"
         )
+
+
+def _sampler(gen: torch.Generator, dtype: torch.dtype, device: str) -> Callable[..., torch.Tensor]:
+    """``rand(*shape, scale=1, offset=0)``: normal samples from ``gen`` (on the CPU, so a check draws the same
+    inputs on any device), scaled and shifted, in ``dtype`` on ``device``."""
+
+    def rand(*shape: int, scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale + offset).to(dtype=dtype, device=device)
+
+    return rand
 
 
 def _assert_counts_zero(device: str, what: str) -> None:
@@ -174,9 +185,7 @@ def check_block_attention(
 
     _triton(device)
     gen = torch.Generator().manual_seed(seed)
-
-    def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen).to(dtype=dtype, device=device)
+    rand = _sampler(gen, dtype, device)
 
     q = rand(batch, n_q, h_q, head_dim)
     k_cache, v_cache = rand(batch, capacity, h_kv, head_dim), rand(batch, capacity, h_kv, head_dim)
@@ -341,9 +350,7 @@ def check_qkv_rope(
 
     _triton(device)
     gen = torch.Generator().manual_seed(seed)
-
-    def rand(*shape: int, scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
-        return (torch.randn(*shape, generator=gen) * scale + offset).to(dtype=dtype, device=device)
+    rand = _sampler(gen, dtype, device)
 
     width = (heads + 2 * kv_heads) * head_dim
     x, weight = rand(batch, tokens, hidden, scale=2.0), rand(width, hidden, scale=hidden**-0.5)
@@ -377,9 +384,7 @@ def check_pdl_chain(hidden: int, inner: int, dtype: torch.dtype, device: str = "
 
     _triton(device)
     gen = torch.Generator().manual_seed(seed)
-
-    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*shape, generator=gen) * scale).to(dtype=dtype, device=device)
+    rand = _sampler(gen, dtype, device)
 
     rows, eps = 16, 1e-6
     x0 = rand(rows, hidden)
@@ -420,9 +425,7 @@ def check_pdl_attention_chain(hidden: int, heads: int, kv_heads: int, head_dim: 
 
     _triton(device)
     gen = torch.Generator().manual_seed(seed)
-
-    def rand(*shape: int, scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
-        return (torch.randn(*shape, generator=gen) * scale + offset).to(dtype=dtype, device=device)
+    rand = _sampler(gen, dtype, device)
 
     tokens, eps, width = 16, 1e-6, heads * head_dim
     x0 = rand(1, tokens, hidden, scale=2.0)
@@ -431,13 +434,14 @@ def check_pdl_attention_chain(hidden: int, heads: int, kv_heads: int, head_dim: 
     norm = (rand(hidden, scale=0.1, offset=1.0), eps)
     q_w, k_w = (rand(head_dim, scale=0.1, offset=1.0) for _ in range(2))
     angles = torch.rand(tokens, head_dim // 2, generator=gen).to(device) * 100.0
-    rope = (heads, kv_heads, q_w, k_w, eps, angles.cos(), angles.sin(), torch.arange(prefix, prefix + tokens))
+    positions = torch.arange(prefix, prefix + tokens, device=device)
+    rope = (heads, kv_heads, q_w, k_w, eps, angles.cos(), angles.sin(), positions)
     cached = [rand(1, prefix + tokens, kv_heads, head_dim) for _ in range(2)]
     length = torch.tensor([prefix + tokens], dtype=torch.int32, device=device)
 
     def attention_half(path: str, caches: list[torch.Tensor], attended: torch.Tensor | None) -> torch.Tensor:
         x = x0.clone()
-        q = qkv_norm_rope(x, qkv_weight, None, norm, *rope[:7], rope[7].to(device), *caches, path=path)
+        q = qkv_norm_rope(x, qkv_weight, None, norm, *rope, *caches, path=path)
         a = block_attention(q, *caches, length, out=attended, path=path, one_launch=path == "triton")
         return linear(a.flatten(2), o_weight, path=path, add_to=x)
 
