@@ -6,7 +6,7 @@ and replayed in a graph, against its torch reference and the bandwidth or comput
 model shapes (Triton with cuBLAS; with the thin matrix products taking in the layer's add-norms, SwiGLU and
 q/k norm + RoPE, and with that and PDL; torch), with a profile of where a pass's time goes; a sweep of the
 kernels' launch parameters; the engine's own model at the 1.7B shape; the engine on the demo checkpoint,
-graphs off and on. It writes
+graphs off and on, and as ``dlm serve`` starts it there (bfloat16, graphs, its own layer trial). It writes
 ``latency_bench/results/gpu_check_<date>.md`` and ``.json``; ``--render JSON`` redraws a saved report's
 tables. ``--dry-run`` runs every section on the CPU with tiny shapes (Triton in its interpreter), so the
 script itself is tested without a GPU; its figures mean nothing.
@@ -570,7 +570,7 @@ def path_decisions(report: Report) -> list[dict[str, object]]:
     rows = [(r["kernel"], r["shape"], r["path"], r.get("graphed_ms") or r["ms"]) for r in report.kernels]
     rows += [("model pass", f"{r['shape']} L={r['prompt']}", r["path"], r["pass_ms"]) for r in report.models]
     rows += [("engine graphed pass (block attention vs SDPA)", "demo checkpoint", r["kernels"], r["ms_per_pass"])
-             for r in report.engine if r["cuda_graphs"] == "on"]
+             for r in report.engine if r["cuda_graphs"] == "on" and r["engine"] == "demo checkpoint"]
     for kernel, shape, path, ms in rows:
         family = str(kernel).split(" (")[0]
         if family.startswith("SDPA is_causal"):
@@ -607,7 +607,8 @@ def render_markdown(report: Report) -> str:
         "## Where a pass's device time goes (profiler, one eager pass; graphed time for comparison)\n",
         _table([{k: v for k, v in p.items() if k != "top"} for p in report.profiles]),
         *(f"Top kernels, {p['shape']} L={p['prompt']} [{p['path']}]:\n\n" + _table(p["top"]) for p in report.profiles),
-        "## Engine: the demo checkpoint, eager vs CUDA-graphed denoising passes (same ids required)\n",
+        "## Engine: the demo checkpoint, eager vs CUDA-graphed denoising passes in float32 (same ids required), "
+        "then as served (every setting on auto)\n",
         _table(report.engine),
         "## Engine model at scale (random weights, 16-token block; the lean benchmark model's pass beside it)\n",
         _table(report.engine_at_scale),

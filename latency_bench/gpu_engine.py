@@ -53,37 +53,61 @@ def missing_engine_packages() -> list[str]:
     return [name for name in ENGINE_PACKAGES if importlib.util.find_spec(name) is None]
 
 
+def _engine_row(engine: Engine, reps: int, questions: tuple[str, ...], label: str) -> tuple[list[list[int]], dict]:
+    """Warm ``engine`` up (CUDA context, Triton JIT, graph capture), then time its turns: the ids decoded and
+    the row; for a graphed engine its pass alone too, so that what a turn spends around its passes shows."""
+    from dlm.layer_trial import run_trials
+
+    _timed_turns(engine, 1, questions)
+    ids, figures = _timed_turns(engine, reps, questions)
+    if engine.graph_pool is not None:
+        (alone,) = run_trials(engine.model, (engine.graph_pool.steps,), reps)
+        if alone.dropped:
+            raise RuntimeError(f"the graphed pass alone failed: {alone.dropped}")
+        figures["graphed_forward_ms"] = alone.ms_per_pass
+    row = {"engine": label, "cuda_graphs": "on" if engine.cuda_graphs else "off", "kernels": engine.kernels,
+           "dtype": str(engine.model.output_weight().dtype).removeprefix("torch."),
+           "layer_steps": engine.layer_steps.label, **{k: round(v, 3) for k, v in figures.items()}}  # fmt: skip
+    print(f"  engine {label} cuda_graphs={row['cuda_graphs']} kernels={row['kernels']} {row['dtype']} "
+          f"[{row['layer_steps']}]: first block {figures['first_block_ms']:.2f} ms, "
+          f"{figures['ms_per_pass']:.3f} ms/pass", flush=True)  # fmt: skip
+    return ids, row
+
+
+def _share_of_same_ids(ids: list[list[int]], reference: list[list[int]]) -> float:
+    """The share of ``reference``'s token positions where ``ids`` holds the same token."""
+    same = sum(a == b for turn, ref in zip(ids, reference, strict=True) for a, b in zip(turn, ref, strict=False))
+    return round(same / max(1, sum(map(len, reference))), 3)
+
+
 def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
                        questions: tuple[str, ...] = QUESTIONS) -> list[dict[str, object]]:
-    """One row per (cuda_graphs, kernels) setting: eager on the first kernel path, then graphed on each
-    (with "triton", graphed passes attend through the block-attention kernel, with "torch" through SDPA), and for
-    a graphed one its pass alone (a block over 304 cached positions, the demo's context less a block), so that
-    what a turn spends around its passes shows. Raises if any setting decodes different ids than the eager one."""
+    """One row per (cuda_graphs, kernels) setting in float32: eager on the first kernel path, then graphed on
+    each (with "triton", graphed passes attend through the block-attention kernel, with "torch" through SDPA);
+    raises if any of them decodes different ids than the eager one. Then the engine as ``dlm serve`` and the
+    voice assistant start it here, every setting on auto (on a GPU: bfloat16, graphs, the layer steps its
+    start-up trial picks), whose ids may differ from float32's: the row says on what share of the tokens."""
     from dlm.cli import DEMO_CHECKPOINT
     from dlm.engine import Engine
-    from dlm.layer_trial import run_trials
 
     rows, decoded = [], []
     for graphs, kernels in [("off", paths[0]), *(("on", path) for path in paths)]:
-        # float32, as every run before 2026-12-07 timed it (the engine's default on a GPU is now bfloat16)
+        # float32, as every run before 2026-12-07 timed it, and the dtype greedy ids agree in across paths
         engine = Engine.from_dir(DEMO_CHECKPOINT, "float32", str(device), kernels=kernels, cuda_graphs=graphs)
         try:
-            _timed_turns(engine, 1, questions)  # warm-up: CUDA context, Triton JIT, graph capture
-            ids, figures = _timed_turns(engine, reps, questions)
-            if engine.graph_pool is not None:  # the pass alone, so the rest of ms_per_pass is the engine's own
-                (alone,) = run_trials(engine.model, (engine.graph_pool.steps,), reps)
-                if alone.dropped:
-                    raise RuntimeError(f"the graphed pass alone failed: {alone.dropped}")
-                figures["graphed_forward_ms"] = alone.ms_per_pass
+            ids, row = _engine_row(engine, reps, questions, "demo checkpoint")
         finally:
             engine.close()
         decoded.append(ids)
-        rows.append({"engine": "demo checkpoint", "cuda_graphs": graphs, "kernels": kernels,
-                     **{k: round(v, 3) for k, v in figures.items()}})
-        print(f"  engine cuda_graphs={graphs} kernels={kernels}: first block {figures['first_block_ms']:.2f} ms, "
-              f"{figures['ms_per_pass']:.3f} ms/pass", flush=True)
+        rows.append(row)
     if any(ids != decoded[0] for ids in decoded):
         raise AssertionError("a CUDA-graphed engine decoded different ids than the eager one")
+    engine = Engine.from_dir(DEMO_CHECKPOINT, "auto", str(device))
+    try:
+        ids, row = _engine_row(engine, reps, questions, "demo checkpoint, as served")
+    finally:
+        engine.close()
+    rows.append({**row, "same_ids_as_float32": _share_of_same_ids(ids, decoded[0])})
     return rows
 
 

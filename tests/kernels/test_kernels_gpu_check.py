@@ -37,8 +37,11 @@ def test_dry_run_writes_a_complete_report(tmp_path):
         "auto (prefetch 8 MB)", "prefetch 0 MB", "prefetch 2 MB", "prefetch 32 MB"}
     assert {r["batch"] for r in report["decode"]} == {1, 2}
     assert all(r["pass_ms"] > 0 for r in report["models"] + report["decode"])
-    assert [(r["cuda_graphs"], r["kernels"]) for r in report["engine"]] == [
-        ("off", "triton"), ("on", "triton"), ("on", "torch")]
+    assert [(r["cuda_graphs"], r["kernels"], r["dtype"]) for r in report["engine"]] == [
+        ("off", "triton", "float32"), ("on", "triton", "float32"), ("on", "torch", "float32"),
+        ("off", "torch", "float32")]  # the last: as served, every setting on auto (here: the CPU's torch path)
+    assert report["engine"][-1]["engine"] == "demo checkpoint, as served"
+    assert report["engine"][-1]["same_ids_as_float32"] == 1.0  # the same model, path and dtype as the eager row
     assert all(r["first_block_ms"] > 0 and r["ms_per_pass"] > 0 for r in report["engine"])
     assert all((r["cuda_graphs"] == "on") == (r.get("graphed_forward_ms", 0) > 0) for r in report["engine"])
     at_scale = report["engine_at_scale"]
