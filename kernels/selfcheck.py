@@ -250,6 +250,34 @@ def check_block_causal(
     _assert_close(got, want, ATTENTION_TOL[dtype], f"block_causal_attention {dtype} block {block_size}")
 
 
+def check_flex_attention(
+    n_q: int, h_q: int, h_kv: int, head_dim: int, capacity: int, block_size: int, dtype: torch.dtype,
+    device: str = "cpu", *, batch: int = 2, seed: int = 0,
+) -> None:  # fmt: skip
+    """FlexAttention's two forms (:mod:`kernels.flex_attention`) against the fp32 references: a block's queries
+    over caches of different lengths (up to ``capacity``; the slots past a length hold large garbage, finite as in
+    the engine's zeroed cache: FlexAttention weighs a masked value by zero, and zero times NaN is NaN), and a
+    ``capacity``-token block-causal prefill."""
+    from kernels import flex_attention as flex
+
+    gen = torch.Generator().manual_seed(seed)
+    rand = _sampler(gen, dtype, device)
+    q = rand(batch, n_q, h_q, head_dim)
+    k_cache, v_cache = rand(batch, capacity, h_kv, head_dim), rand(batch, capacity, h_kv, head_dim)
+    lengths = torch.linspace(capacity, n_q, batch).round().to(torch.int32).to(device)
+    want = _fp32_oracle(reference.block_attention_ref, q, k_cache, v_cache, lengths)
+    past = torch.arange(capacity, device=device)[None, :] >= lengths[:, None]
+    k_cache[past], v_cache[past] = 1e3, -1e3
+    got = flex.attend(q, k_cache, v_cache, flex.cache_mask(lengths, n_q, capacity))
+    _assert_close(got, want, ATTENTION_TOL[dtype], f"flex block attention {dtype} over lengths {lengths.tolist()}")
+
+    k, v = rand(1, capacity, h_kv, head_dim), rand(1, capacity, h_kv, head_dim)
+    q = rand(1, capacity, h_q, head_dim)
+    want = _fp32_oracle(reference.block_causal_attention_ref, q, k, v, block_size=block_size)
+    got = flex.attend(q, k, v, flex.block_causal_mask(capacity, block_size, device))
+    _assert_close(got, want, ATTENTION_TOL[dtype], f"flex block-causal prefill {dtype} block {block_size}")
+
+
 def check_rotary(
     n_tokens: int, heads: int, head_dim: int, dtype: torch.dtype, device: str = "cpu", *, batch: int = 1,
     seed: int = 0, in_place: bool = False,

@@ -6,7 +6,8 @@ and replayed in a graph, against its torch reference and the bandwidth or comput
 model shapes (Triton with cuBLAS; with the thin matrix products taking in the layer's add-norms, SwiGLU and
 q/k norm + RoPE, and with that and PDL; torch), with a profile of where a pass's time goes; a sweep of the
 kernels' launch parameters; the engine's own model at the 1.7B shape; the engine on the demo checkpoint,
-graphs off and on, and as ``dlm serve`` starts it there (bfloat16, graphs, its own layer trial). It writes
+graphs off and on, and as ``dlm serve`` starts it there (bfloat16, graphs, its own layer trial); last,
+FlexAttention compiled at the attention shapes, checked, then timed beside the kernels. It writes
 ``latency_bench/results/gpu_check_<date>.md`` and ``.json``; ``--render JSON`` redraws a saved report's
 tables. ``--dry-run`` runs every section on the CPU with tiny shapes (Triton in its interpreter), so the
 script itself is tested without a GPU; its figures mean nothing.
@@ -26,7 +27,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -185,15 +186,20 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
     ]  # fmt: skip
 
 
+def _record_check(report: Report, name: str, check: Callable[[], None]) -> None:
+    """One row of the correctness table; a failing check is an error of the run, not its end."""
+    try:
+        check()
+        report.correctness.append({"case": name, "ok": True})
+    except Exception as exc:  # an AssertionError from the check, or a compile/launch failure
+        report.correctness.append({"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        report.errors.append(f"correctness {name}: {exc}")
+    print(f"  {name}: {'ok' if report.correctness[-1]['ok'] else 'FAILED'}", flush=True)
+
+
 def run_correctness(plan: Plan, report: Report) -> None:
     for name, case in correctness_cases(plan.dry_run):
-        try:
-            case(str(plan.device))
-            report.correctness.append({"case": name, "ok": True})
-        except Exception as exc:  # an AssertionError from the check, or a compile/launch failure
-            report.correctness.append({"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
-            report.errors.append(f"correctness {name}: {exc}")
-        print(f"  {name}: {'ok' if report.correctness[-1]['ok'] else 'FAILED'}", flush=True)
+        _record_check(report, name, partial(case, str(plan.device)))
 
 
 # ---------------------------------------------------------------- kernel timings
@@ -207,30 +213,35 @@ def _select_with_reset(logits, masked, all_masked, ids, path: str) -> None:
     select_confident(logits, masked, ids, 0.9, path=path)
 
 
+def _measure(plan: Plan, report: Report, bandwidth_gbs: float, kernel: str, shape: str, path: str,
+             fn: Callable[[], object], floor_bytes: float = 0.0, flops: float = 0.0) -> None:  # fmt: skip
+    """One row of the kernel table: ``fn`` launched from Python and replayed in a graph, against the bandwidth
+    (``floor_bytes``) or compute (``flops``) floor; a failure is recorded, not raised."""
+    from latency_bench.kernels_timing import time_graphed_ms, time_ms
+
+    def run() -> None:
+        ms = time_ms(fn, plan.device, plan.warmup, plan.reps)
+        graphed = time_graphed_ms(fn, plan.device)
+        device_ms = graphed if graphed is not None else ms  # the kernel's own time, launch cost removed
+        row: dict[str, object] = {"kernel": kernel, "shape": shape, "path": path, "ms": round(ms, 4),
+                                  "graphed_ms": None if graphed is None else round(graphed, 4)}  # fmt: skip
+        if floor_bytes:
+            row["floor_ms"] = round(floor_bytes / (bandwidth_gbs * 1e9) * 1e3, 4)
+            row["bw_frac"] = round(floor_bytes / (device_ms * 1e-3) / (bandwidth_gbs * 1e9), 3)
+        if flops:
+            row["tflops"] = round(flops / (device_ms * 1e-3) / 1e12, 1)
+        report.kernels.append(row)
+        print(f"  {kernel} {shape} [{path}]: {ms:.4f} ms launched, {row['graphed_ms']} ms graphed", flush=True)
+
+    report.attempt(f"{kernel} {shape} [{path}]", run)
+
+
 def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
     from kernels import apply_rotary, block_attention, block_causal_attention, confidence_and_token
     from kernels.fused import add_rms_norm, qk_norm_rope, silu_mul
-    from latency_bench.kernels_timing import time_graphed_ms, time_ms
 
-    dev, wu, reps = plan.device, plan.warmup, plan.reps
-
-    def measure(kernel: str, shape: str, path: str, fn: Callable[[], object], floor_bytes: float = 0.0,
-                flops: float = 0.0) -> None:  # fmt: skip
-        def run() -> None:
-            ms = time_ms(fn, dev, wu, reps)
-            graphed = time_graphed_ms(fn, dev)
-            device_ms = graphed if graphed is not None else ms  # the kernel's own time, launch cost removed
-            row: dict[str, object] = {"kernel": kernel, "shape": shape, "path": path, "ms": round(ms, 4),
-                                      "graphed_ms": None if graphed is None else round(graphed, 4)}  # fmt: skip
-            if floor_bytes:
-                row["floor_ms"] = round(floor_bytes / (bandwidth_gbs * 1e9) * 1e3, 4)
-                row["bw_frac"] = round(floor_bytes / (device_ms * 1e-3) / (bandwidth_gbs * 1e9), 3)
-            if flops:
-                row["tflops"] = round(flops / (device_ms * 1e-3) / 1e12, 1)
-            report.kernels.append(row)
-            print(f"  {kernel} {shape} [{path}]: {ms:.4f} ms launched, {row['graphed_ms']} ms graphed", flush=True)
-
-        report.attempt(f"{kernel} {shape} [{path}]", run)
+    dev = plan.device
+    measure = partial(_measure, plan, report, bandwidth_gbs)
 
     for batch in plan.confidence_batches:
         logits = torch.randn(batch, BLOCK, plan.vocab, device=dev).to(torch.bfloat16)
@@ -245,20 +256,13 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
                     partial(_select_with_reset, logits, masked, all_masked, ids, path), nbytes)  # fmt: skip
 
     s = _shape(plan.shapes[-1])
-    for batch in plan.batches:
-        for length in plan.prompts:
-            cap = length + BLOCK
-            q = torch.randn(batch, BLOCK, s.heads, s.head_dim, device=dev, dtype=torch.bfloat16)
-            kc = torch.randn(batch, cap, s.kv_heads, s.head_dim, device=dev, dtype=torch.bfloat16)
-            vc = torch.randn_like(kc)
-            len_t = torch.tensor([cap], device=dev)
-            kv_bytes = 2 * kc.numel() * kc.element_size()
-            label = f"B{batch} {BLOCK}q over {cap} keys, {s.heads}/{s.kv_heads}x{s.head_dim}"
-            for path in plan.paths:
-                measure("block_attention (tensor len)", label, path,
-                        partial(block_attention, q, kc, vc, len_t, path=path), kv_bytes)  # fmt: skip
-            measure("block_attention (int len, SDPA no mask)", label, "torch",
-                    partial(block_attention, q, kc, vc, cap, path="torch"), kv_bytes)  # fmt: skip
+    for label, q, kc, vc, kv_bytes in _cache_attention_inputs(plan):
+        len_t = torch.tensor([kc.shape[1]], device=dev)
+        for path in plan.paths:
+            measure("block_attention (tensor len)", label, path,
+                    partial(block_attention, q, kc, vc, len_t, path=path), kv_bytes)  # fmt: skip
+        measure("block_attention (int len, SDPA no mask)", label, "torch",
+                partial(block_attention, q, kc, vc, kc.shape[1], path="torch"), kv_bytes)  # fmt: skip
 
     for tokens in (BLOCK, max(plan.prompts)):
         x = torch.randn(1, tokens, s.heads, s.head_dim, device=dev, dtype=torch.bfloat16)
@@ -288,17 +292,57 @@ def run_kernel_timings(plan: Plan, report: Report, bandwidth_gbs: float) -> None
                     2 * qkv.numel() * qkv.element_size())  # fmt: skip
 
     sdpa = partial(torch.nn.functional.scaled_dot_product_attention, is_causal=True, enable_gqa=True)
-    for length in plan.prompts:
-        q = torch.randn(1, length, s.heads, s.head_dim, device=dev, dtype=torch.bfloat16)
-        k = torch.randn(1, length, s.kv_heads, s.head_dim, device=dev, dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        flops = 4.0 * length * length / 2 * s.heads * s.head_dim  # causal half of QK^T and PV
-        label = f"{length} tokens, block {BLOCK}, {s.heads}/{s.kv_heads}x{s.head_dim}"
+    for label, q, k, v, flops in _prefill_attention_inputs(plan):
         for path in plan.paths:
             measure("block_causal_attention", label, path,
                     partial(block_causal_attention, q, k, v, BLOCK, path=path), flops=flops)  # fmt: skip
         measure("SDPA is_causal (speed reference, token-causal)", label, "torch",
                 partial(sdpa, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)), flops=flops)  # fmt: skip
+
+
+def _cache_attention_inputs(plan: Plan) -> Iterator[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, int]]:
+    """(label, q, k_cache, v_cache, bytes of K/V) for a block's queries over a full cache at each batch and
+    prompt length, bf16, the largest shape's heads."""
+    s, bf16 = _shape(plan.shapes[-1]), {"device": plan.device, "dtype": torch.bfloat16}
+    for batch in plan.batches:
+        for length in plan.prompts:
+            cap = length + BLOCK
+            q = torch.randn(batch, BLOCK, s.heads, s.head_dim, **bf16)
+            kc, vc = (torch.randn(batch, cap, s.kv_heads, s.head_dim, **bf16) for _ in range(2))
+            label = f"B{batch} {BLOCK}q over {cap} keys, {s.heads}/{s.kv_heads}x{s.head_dim}"
+            yield label, q, kc, vc, 2 * kc.numel() * kc.element_size()
+
+
+def _prefill_attention_inputs(plan: Plan) -> Iterator[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, float]]:
+    """(label, q, k, v, flops of the causal half) for a block-causal prefill of each prompt length, bf16."""
+    s, bf16 = _shape(plan.shapes[-1]), {"device": plan.device, "dtype": torch.bfloat16}
+    for length in plan.prompts:
+        q = torch.randn(1, length, s.heads, s.head_dim, **bf16)
+        k, v = (torch.randn(1, length, s.kv_heads, s.head_dim, **bf16) for _ in range(2))
+        flops = 4.0 * length * length / 2 * s.heads * s.head_dim  # causal half of QK^T and PV
+        yield f"{length} tokens, block {BLOCK}, {s.heads}/{s.kv_heads}x{s.head_dim}", q, k, v, flops
+
+
+def run_flex_attention(plan: Plan, report: Report, bandwidth_gbs: float) -> None:
+    """FlexAttention, compiled, at the kernel table's attention shapes after its check against the references
+    (the issue: where SDPA or FlexAttention is as fast as the kernels, use it). Its rows join the Triton and torch
+    rows of the same shapes in the path decisions. A section of its own, last: each shape compiles a kernel."""
+    from kernels import flex_attention as flex
+    from kernels import selfcheck as sc
+
+    s, dev = _shape(plan.shapes[-1]), plan.device
+    cap = min(plan.prompts) + BLOCK
+    _record_check(report, f"flex attention bf16, block over caches up to {cap} keys, prefill block {BLOCK}",
+                  partial(sc.check_flex_attention, BLOCK, s.heads, s.kv_heads, s.head_dim, cap, BLOCK,
+                          torch.bfloat16, str(dev)))  # fmt: skip
+    measure = partial(_measure, plan, report, bandwidth_gbs)
+    for label, q, kc, vc, kv_bytes in _cache_attention_inputs(plan):
+        lengths = torch.full((q.shape[0],), kc.shape[1], dtype=torch.int32, device=dev)
+        mask = flex.cache_mask(lengths, BLOCK, kc.shape[1])  # built once a block, reused by its passes
+        measure("block_attention (tensor len)", label, "flex", partial(flex.attend, q, kc, vc, mask), kv_bytes)
+    for label, q, k, v, flops in _prefill_attention_inputs(plan):
+        mask = flex.block_causal_mask(q.shape[1], BLOCK, dev)
+        measure("block_causal_attention", label, "flex", partial(flex.attend, q, k, v, mask), flops=flops)
 
 
 def run_tuning(plan: Plan, report: Report) -> None:
@@ -595,7 +639,7 @@ def render_markdown(report: Report) -> str:
     parts = [
         "# GPU check\n", f"{env}\n", "## Goals (issue 7)\n", _table(report.goals),
         "## Correctness (Triton vs torch reference on the device)\n", _table(report.correctness),
-        "## Path decisions (faster of Triton and torch per kernel and shape; kernels by graphed time)\n",
+        "## Path decisions (the fastest of Triton, torch and FlexAttention per kernel and shape; kernels by graphed time)\n",
         _table(path_decisions(report)),
         "## Kernels vs torch reference and the floor\n",
         "`bw_frac`: bytes the kernel must read over time, as a fraction of the measured copy bandwidth.\n\n",
@@ -701,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
             questions = QUESTIONS[:1] if plan.dry_run else QUESTIONS
             sections.append(("engine", lambda: report.engine.extend(
                 run_engine_timings(plan.device, plan.reps // 5 or 1, plan.paths, questions))))
+    sections.append(("flex attention", lambda: run_flex_attention(plan, report, bandwidth["gbs"])))
     seconds = report.env["section_seconds"] = {}  # what each section costs of the run's time limit
     current = {"name": "", "started": time.perf_counter()}
 

@@ -16,12 +16,16 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert report["errors"] == []
     assert list(report["env"]["section_seconds"]) == [  # the sections in order, each with what it cost
         "copy bandwidth", "correctness", "kernel timings", "model shapes", "tuning sweep", "engine model at scale",
-        "engine"]
+        "engine", "flex attention"]
     assert all(seconds >= 0 for seconds in report["env"]["section_seconds"].values())
     assert len(report["correctness"]) >= 10 and all(c["ok"] for c in report["correctness"])
     kernels = {r["kernel"] for r in report["kernels"]}
     assert {"confidence", "block_attention (tensor len)", "block_causal_attention"} <= kernels
     assert {"add_rms_norm", "silu_mul", "qk_norm_rope (+ KV write)"} <= kernels
+    flex = {(r["kernel"], r["shape"]) for r in report["kernels"] if r["path"] == "flex"}
+    assert {kernel for kernel, _ in flex} == {"block_attention (tensor len)", "block_causal_attention"}
+    assert flex <= {(r["kernel"], r["shape"]) for r in report["kernels"] if r["path"] == "triton"}  # same shapes
+    assert any(c["case"].startswith("flex attention") and c["ok"] for c in report["correctness"])
     variants = {"triton", "torch", "triton, thin GEMM", "triton, thin GEMM, PDL"}
     assert {r["path"] for r in report["models"]} == variants and {r["path"] for r in report["profiles"]} == variants
     assert all(p["kernel_launches"] > 0 and p["top"] for p in report["profiles"])
