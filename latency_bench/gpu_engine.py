@@ -86,7 +86,8 @@ def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
     each (with "triton", graphed passes attend through the block-attention kernel, with "torch" through SDPA);
     raises if any of them decodes different ids than the eager one. Then the engine as ``dlm serve`` and the
     voice assistant start it here, every setting on auto (on a GPU: bfloat16, graphs, the layer steps its
-    start-up trial picks), whose ids may differ from float32's: the row says on what share of the tokens."""
+    start-up trial picks), whose ids may differ from float32's: the row says on what share of the tokens; an
+    empty reply raises."""
     from dlm.cli import DEMO_CHECKPOINT
     from dlm.engine import Engine
 
@@ -107,6 +108,8 @@ def run_engine_timings(device: torch.device, reps: int, paths: tuple[str, ...],
         ids, row = _engine_row(engine, reps, questions, "demo checkpoint, as served")
     finally:
         engine.close()
+    if not all(ids):
+        raise AssertionError("the engine as served decoded an empty reply")
     rows.append({**row, "same_ids_as_float32": _share_of_same_ids(ids, decoded[0])})
     return rows
 
