@@ -621,8 +621,9 @@ def path_decisions(report: Report) -> list[dict[str, object]]:
             continue  # token-causal speed reference, not the same computation
         slot = best.setdefault((family, str(shape)), {})
         slot[str(path)] = min(float(ms), slot.get(str(path), float("inf")))
-    return [{"kernel": family, "shape": shape, **{f"{path} ms": ms for path, ms in t.items()}, "faster": min(t, key=t.get)}
-            for (family, shape), t in best.items()]  # fmt: skip
+    paths = list(dict.fromkeys(path for t in best.values() for path in t))  # every row has every column, "faster" last
+    return [{"kernel": family, "shape": shape, **{f"{path} ms": t.get(path, "") for path in paths},
+             "faster": min(t, key=t.get)} for (family, shape), t in best.items()]  # fmt: skip
 
 
 def _table(rows: list[dict[str, object]]) -> str:
