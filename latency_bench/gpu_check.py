@@ -665,13 +665,21 @@ def render_markdown(report: Report) -> str:
     return "\n".join(parts)
 
 
-def write_results(report: Report, out_dir: Path, dry_run: bool) -> tuple[Path, Path]:
+def results_paths(out_dir: Path, dry_run: bool) -> tuple[Path, Path]:
+    """This run's report (.md, .json) in ``out_dir``: ``gpu_check_<date>``, or ``_run2``, ``_run3``... after it when
+    an earlier run of the day is there, so a rerun (of a few sections, say) never overwrites one."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"gpu_check_{'dryrun_' if dry_run else ''}{dt.date.today().isoformat()}"
-    md, js = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+    run = 1
+    while (out_dir / f"{stem}{f'_run{run}' if run > 1 else ''}.json").exists():
+        run += 1
+    stem += f"_run{run}" if run > 1 else ""
+    return out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+
+
+def write_results(report: Report, md: Path, js: Path) -> None:
     md.write_text(render_markdown(report))
     js.write_text(json.dumps(asdict(report), indent=2) + "\n")
-    return md, js
 
 
 def render_saved(json_path: Path) -> int:
@@ -698,11 +706,30 @@ def _available_paths(device: torch.device) -> tuple[str, ...]:
     return ("triton", "torch")
 
 
+# In this order, after the copy bandwidth, which every run measures first (the floors need it). The model shapes (the
+# issue's goals, and the candidates' passes) come before the long tuning sweep: the results are written after every
+# section, so a run cut short by its time limit still has them.
+SECTIONS = ("correctness", "kernel timings", "model shapes", "tuning sweep", "engine model at scale", "engine",
+            "flex attention")
+
+
+def _section_list(text: str) -> tuple[str, ...]:
+    """``--sections``: names from :data:`SECTIONS`, comma-separated (a dash may stand for a space)."""
+    names = tuple(name.strip().replace("-", " ") for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--skip-models", action="store_true", help="kernels only")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR,
+                        help="where the report goes (an earlier one of the day is kept: this one is _run2, _run3...)")  # fmt: skip
+    parser.add_argument("--sections", type=_section_list, default=SECTIONS, metavar="NAME[,NAME...]",
+                        help=f"run only these, in the check's order (default: all): {', '.join(SECTIONS)}; e.g. "
+                             "the ones a run cut short by its time limit did not reach")  # fmt: skip
     parser.add_argument("--render", type=Path, metavar="JSON",
                         help="no measuring: rewrite the .md beside a results .json with this version's tables")  # fmt: skip
     args = parser.parse_args(argv)
@@ -726,27 +753,26 @@ def main(argv: list[str] | None = None) -> int:
         report.env["copy_bandwidth_gbs"] = round(bandwidth["gbs"], 1)
         print(f"  copy bandwidth {bandwidth['gbs']:.1f} GB/s", flush=True)
 
-    sections: list[tuple[str, Callable[[], None]]] = [
-        ("copy bandwidth", measure_bandwidth),
-        ("correctness", partial(run_correctness, plan, report)),
-        ("kernel timings", lambda: run_kernel_timings(plan, report, bandwidth["gbs"])),
-    ]
-    # the model shapes (the issue's goals, and the candidates' passes) before the long tuning sweep: the results
-    # are written after every section, so a run cut short by its time limit still has them
-    if not args.skip_models:
-        sections.append(("model shapes", lambda: run_model_timings(plan, report, bandwidth["gbs"])))
-    sections.append(("tuning sweep", partial(run_tuning, plan, report)))
-    if not args.skip_models:
-        sections.append(("engine model at scale", partial(run_engine_at_scale, plan, report)))
-        missing = missing_engine_packages()
-        if missing:
-            report.env["engine_skipped"] = f"needs {', '.join(missing)} (pip install {' '.join(missing)})"
-            print(f"engine section skipped: {report.env['engine_skipped']}", file=sys.stderr)
-        else:
-            questions = QUESTIONS[:1] if plan.dry_run else QUESTIONS
-            sections.append(("engine", lambda: report.engine.extend(
-                run_engine_timings(plan.device, plan.reps // 5 or 1, plan.paths, questions))))
-    sections.append(("flex attention", lambda: run_flex_attention(plan, report, bandwidth["gbs"])))
+    def run_engine() -> None:
+        questions = QUESTIONS[:1] if plan.dry_run else QUESTIONS
+        report.engine.extend(run_engine_timings(plan.device, plan.reps // 5 or 1, plan.paths, questions))
+
+    runs: dict[str, Callable[[], None]] = {
+        "correctness": partial(run_correctness, plan, report),
+        "kernel timings": lambda: run_kernel_timings(plan, report, bandwidth["gbs"]),
+        "model shapes": lambda: run_model_timings(plan, report, bandwidth["gbs"]),
+        "tuning sweep": partial(run_tuning, plan, report),
+        "engine model at scale": partial(run_engine_at_scale, plan, report),
+        "engine": run_engine,
+        "flex attention": lambda: run_flex_attention(plan, report, bandwidth["gbs"]),
+    }
+    wanted = [name for name in SECTIONS if name in args.sections]
+    if "engine" in wanted and (missing := missing_engine_packages()):
+        wanted.remove("engine")
+        report.env["engine_skipped"] = f"needs {', '.join(missing)} (pip install {' '.join(missing)})"
+        print(f"engine section skipped: {report.env['engine_skipped']}", file=sys.stderr)
+    sections = [("copy bandwidth", measure_bandwidth), *((name, runs[name]) for name in wanted)]
+    md, js = results_paths(args.out_dir, args.dry_run)
     seconds = report.env["section_seconds"] = {}  # what each section costs of the run's time limit
     current = {"name": "", "started": time.perf_counter()}
 
@@ -759,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
         report.errors.append(f"{name}: cut short by the time limit (SIGTERM) after {seconds[name]} s; "
                              "the sections after it did not run")  # fmt: skip
         evaluate_goals(report)
-        md, _ = write_results(report, args.out_dir, args.dry_run)
+        write_results(report, md, js)
         print(f"gpu_check: {report.errors[-1]}; wrote {md}", file=sys.stderr, flush=True)
         os._exit(1)
 
@@ -772,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds[name] = round(time.perf_counter() - current["started"], 1)
             print(f"   {name}: {seconds[name]} s", flush=True)
             evaluate_goals(report)
-            md, js = write_results(report, args.out_dir, args.dry_run)  # after every section
+            write_results(report, md, js)  # after every section
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(f"wrote {md} and {js}")

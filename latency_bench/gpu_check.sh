@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issue 7): kernel correctness on the device, kernel and model-shape timings vs
 # their floors. Needs only PyTorch + Triton on a CUDA machine; writes latency_bench/results/.
-# Usage: latency_bench/gpu_check.sh [--skip-models] [--out-dir DIR]     (PYTHON=... to pick one)
+# Usage: latency_bench/gpu_check.sh [--sections NAME,...] [--out-dir DIR]     (PYTHON=... to pick one; --help)
 # GPU_CHECK_TIMEOUT (seconds, default 290): then the check is sent SIGTERM; it writes what it measured, names
 # the section it cut and exits 1.
 set -euo pipefail

@@ -1,5 +1,6 @@
 """The GPU check script and its model-shape harness, run on the CPU (dry run, tiny shapes)."""
 
+import datetime
 import json
 
 import pytest
@@ -142,3 +143,23 @@ def test_a_run_cut_short_by_its_time_limit_keeps_what_it_measured(tmp_path):
     assert list(report["env"]["section_seconds"]) == ["copy bandwidth", "correctness"]
     assert len(report["errors"]) == 1 and report["errors"][0].startswith("correctness: cut short by the time limit")
     assert "cut short by the time limit" in stderr
+
+
+def test_a_rerun_of_some_sections_keeps_the_earlier_report(tmp_path):
+    """--sections runs only those (after the copy bandwidth), into a report beside the day's earlier one."""
+    earlier = tmp_path / f"gpu_check_dryrun_{datetime.date.today().isoformat()}.json"
+    earlier.write_text('{"kept": true}')
+    assert gpu_check.main(["--dry-run", "--out-dir", str(tmp_path), "--sections", "flex-attention"]) == 0
+    assert json.loads(earlier.read_text()) == {"kept": True}
+    report = json.loads(earlier.with_name(earlier.stem + "_run2.json").read_text())
+    assert list(report["env"]["section_seconds"]) == ["copy bandwidth", "flex attention"]
+    assert report["errors"] == [] and {r["path"] for r in report["kernels"]} == {"flex"}
+    assert report["models"] == [] and report["engine"] == []
+
+
+def test_an_unknown_section_is_refused_with_the_names(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_check.main(["--dry-run", "--sections", "correctness,warp drive"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "warp drive" in err and "flex attention" in err
