@@ -205,12 +205,16 @@ def _block_causal_kernel(
     q_ptr, sq_b, sq_t, sq_h, k_ptr, sk_b, sk_t, sk_h, v_ptr, sv_b, sv_t, sv_h, out_ptr, so_b, so_t, so_h,
     H_Q, group, n_q, n_k, q_offset, offset_ptr, block_size, scale_log2, D,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
-    UPCAST: tl.constexpr, OFFSET_PTR: tl.constexpr,
+    UPCAST: tl.constexpr, OFFSET_PTR: tl.constexpr, HEAVY_FIRST: tl.constexpr,
 ):  # fmt: skip
     if OFFSET_PTR:  # the queries' first position on the device (a CUDA graph replays any offset)
         q_offset = tl.load(offset_ptr).to(tl.int32)
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    if HEAVY_FIRST:  # grid (heads, row tiles): every head's last rows, which see the most keys, launch first
+        pid_bh = tl.program_id(0)
+        pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:  # grid (row tiles, heads)
+        pid_m = tl.program_id(0)
+        pid_bh = tl.program_id(1)
     b = pid_bh // H_Q
     h_q = pid_bh % H_Q
     h_kv = h_q // group
@@ -356,9 +360,14 @@ def block_causal_attention(
     out: torch.Tensor | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
+    heavy_first: bool = False,
+    stages: int | None = None,
 ) -> torch.Tensor:
     """Batched block-causal attention, ``q [B, Tq, Hq, D]`` over ``k, v [B, Tk, Hkv, D]``; ``q_offset`` an int
-    or a 1-element integer device tensor."""
+    or a 1-element integer device tensor. Candidates the GPU check's sweep times: ``heavy_first``, the row tiles
+    that see the most keys launch first, over all heads, so the last wave holds short ones; ``stages``, the key
+    tiles in flight (Triton's default 3; at 128 x 64 bf16 tiles 2 stages take 96 KiB of shared memory, not 128,
+    so two programs fit an SM: ``python -m latency_bench.kernels_compile``)."""
     q, k, v = _last_dim_contiguous(q, k, v)
     B, n_q, h_q, D = q.shape
     cuda = q.device.type == "cuda"
@@ -366,10 +375,12 @@ def block_causal_attention(
     block_n = block_n or (64 if cuda else 32)
     block_d = max(16, triton.next_power_of_2(D))
     out = torch.empty_like(q) if out is None else out
-    _block_causal_kernel[(triton.cdiv(n_q, block_m), B * h_q)](
+    grid = (triton.cdiv(n_q, block_m), B * h_q)
+    _block_causal_kernel[grid[::-1] if heavy_first else grid](
         q, *q.stride()[:3], k, *k.stride()[:3], v, *v.stride()[:3], out, *out.stride()[:3],
         h_q, h_q // k.shape[2], n_q, k.shape[1], *_offset_args(q_offset, q), block_size, scale * LOG2E, D,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q),
-        OFFSET_PTR=isinstance(q_offset, torch.Tensor), num_warps=4 if block_d <= 64 else 8,
+        OFFSET_PTR=isinstance(q_offset, torch.Tensor), HEAVY_FIRST=heavy_first, num_warps=4 if block_d <= 64 else 8,
+        **({} if stages is None else {"num_stages": stages}),
     )  # fmt: skip
     return out

@@ -230,6 +230,7 @@ def check_block_causal(
     seed: int = 0,
     block_m: int | None = None,
     block_n: int | None = None,
+    heavy_first: bool = False,
 ) -> None:
     """Triton block-causal prefill (queries are the last ``n_q`` of ``n_k`` positions) vs the fp32 reference."""
     from kernels import attention_triton
@@ -243,7 +244,8 @@ def check_block_causal(
     want = _fp32_oracle(reference.block_causal_attention_ref, q, k, v, block_size=block_size, q_offset=q_offset)
     out = torch.full_like(q, float("nan"))
     got = attention_triton.block_causal_attention(
-        q, k, v, block_size, q_offset, head_dim**-0.5, out=out, block_m=block_m, block_n=block_n
+        q, k, v, block_size, q_offset, head_dim**-0.5, out=out, block_m=block_m, block_n=block_n,
+        heavy_first=heavy_first,
     )
     if got.data_ptr() != out.data_ptr():
         raise AssertionError("block_causal_attention did not write into the given out buffer")

@@ -166,6 +166,8 @@ def correctness_cases(dry_run: bool) -> list[tuple[str, Callable[[str], None]]]:
         ("prefill fp16 block 4 offset", lambda d: sc.check_block_causal(
             prompt // 4 + 5, prompt + 5, *heads, head_dim, 4, f16, d)),
         ("prefill fp32 causal", lambda d: sc.check_block_causal(67, 67, 4, 2, 64, 1, f32, d)),
+        ("prefill bf16 block 16, heavy row tiles first, 128 x 64 tiles", lambda d: sc.check_block_causal(
+            prompt, prompt, *heads, head_dim, 16, bf16, d, block_m=128, block_n=64, heavy_first=True)),
         ("rotary bf16 prompt", lambda d: sc.check_rotary(prompt, heads[0], head_dim, bf16, d)),
         ("rotary fp16 in place b8", lambda d: sc.check_rotary(16, heads[1], head_dim, f16, d, batch=8, in_place=True)),
         ("add_rms_norm bf16 block", lambda d: sc.check_add_rms_norm(16, hidden, bf16, d)),
@@ -348,6 +350,7 @@ def run_flex_attention(plan: Plan, report: Report, bandwidth_gbs: float) -> None
 def run_tuning(plan: Plan, report: Report) -> None:
     from latency_bench.gpu_tuning import (
         block_attention_sweep,
+        block_causal_sweep,
         confidence_sweep,
         qkv_rope_sweep,
         thin_linear_sweep,
@@ -359,6 +362,7 @@ def run_tuning(plan: Plan, report: Report) -> None:
     report.tuning.extend(block_attention_sweep(plan.device, s.heads, s.kv_heads, s.head_dim, caches, plan.batches))
     report.tuning.extend(thin_linear_sweep(plan.device, s))
     report.tuning.extend(qkv_rope_sweep(plan.device, s, caches[0]))
+    report.tuning.extend(block_causal_sweep(plan.device, s.heads, s.kv_heads, s.head_dim, max(plan.prompts)))
     for row in report.tuning:
         if row["best"]:
             print(f"  {row['kernel']} {row['shape']}: best {row['params']} {row['ms']} ms, "

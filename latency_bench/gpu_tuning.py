@@ -107,6 +107,33 @@ def _attention_params(options: dict[str, object], block_n: int, splits: int) -> 
     return params + ", one launch" * options.get("one_launch", False)
 
 
+def block_causal_sweep(device: torch.device, heads: int, kv_heads: int, head_dim: int, tokens: int
+                       ) -> list[dict[str, object]]:  # fmt: skip
+    """The block-causal prefill of a ``tokens``-long prompt (blocks of 16), never tuned before: at 4K tokens it ran
+    at 181 TFLOP/s on an H200 where token-causal flash SDPA, the same work, ran at 459 (``_run7``). Row tile x key
+    tile x the key tiles in flight, with the row tiles in order or the heaviest (the last rows, which see the most
+    keys) first. Compiled for sm_90, a 128-row tile issues about half the instructions a row that a 64-row one
+    does (556 against 524 a loop for twice the rows: ``python -m latency_bench.kernels_compile``)."""
+    from kernels.attention_triton import block_causal_attention
+
+    q = torch.randn(1, tokens, heads, head_dim, device=device, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, tokens, kv_heads, head_dim, device=device, dtype=torch.bfloat16) for _ in range(2))
+    # (block_m, block_n, stages): 128 x 128 only at 2 stages (3 take 224 KiB and spill registers)
+    tiles = [(16, 16, 2)] if device.type == "cpu" else [(64, 64, 2), (64, 64, 3), (128, 64, 2), (128, 64, 3),
+                                                        (128, 128, 2)]  # fmt: skip
+    variants = [{}, *({"block_m": m, "block_n": n, "stages": stages, "heavy_first": first}
+                      for (m, n, stages), first in itertools.product(tiles, (False, True))
+                      if (m, n, stages, first) != (64, 64, 3, False) or device.type == "cpu")]  # that one: auto on CUDA
+    rows = []
+    for options in variants:
+        params = "auto" if not options else "block_m={block_m} block_n={block_n} stages={stages}".format(**options)
+        params += ", heavy first" * options.get("heavy_first", False)
+        run = partial(block_causal_attention, q, k, v, 16, 0, head_dim**-0.5, **options)
+        rows.append({"kernel": "block_causal_attention", "shape": f"{tokens} tokens, block 16", "params": params,
+                     "ms": round(_device_ms(run, device), 4)})  # fmt: skip
+    return mark_best(rows)
+
+
 def thin_linear_sweep(device: torch.device, shape: Shape) -> list[dict[str, object]]:
     """The thin matrix product against cuBLAS (``auto``: what a pass runs today) on a block's 16 rows, for each
     of a layer's four products and the LM head: weight tile x K tile x K splits."""

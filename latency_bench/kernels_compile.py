@@ -274,6 +274,11 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
         offset = torch.zeros(1, dtype=torch.int64)  # a graphed prefill's offset on the device
         attention_triton.block_causal_attention(q, k, k, 16, offset, 0.1, block_m=64, block_n=64)
         collect("block_causal fp32 D=128 device offset", recs)
+        q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
+        for block_m, block_n, stages in [(64, 64, 2), (128, 64, 2), (128, 64, 3), (128, 128, 2)]:  # the prefill sweep's
+            attention_triton.block_causal_attention(q, k, k, 16, 0, 0.1, block_m=block_m, block_n=block_n,
+                                                    heavy_first=True, stages=stages)  # fmt: skip
+            collect(f"block_causal bf16 D=128 {block_m}x{block_n} {stages} stages heavy first", recs)
     with _recording(rotary_triton, ["_rotary_kernel"]) as recs:
         x = torch.zeros(1, 16, 16, 128, dtype=torch.bfloat16)
         table = torch.zeros(1, 16, 64)

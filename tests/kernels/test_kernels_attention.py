@@ -49,8 +49,10 @@ def test_block_attention_many_rows_use_several_tiles(one_launch):
         (37, 37, 2, 2, 16, 1),  # plain causal
     ],
 )
-def test_block_causal_matches_reference(dtype, n_q, n_k, h_q, h_kv, head_dim, block_size):
-    check_block_causal(n_q, n_k, h_q, h_kv, head_dim, block_size, dtype, block_m=16, block_n=16, seed=n_k)
+@pytest.mark.parametrize("heavy_first", [False, True], ids=["row tiles in order", "heavy first"])
+def test_block_causal_matches_reference(dtype, n_q, n_k, h_q, h_kv, head_dim, block_size, heavy_first):
+    check_block_causal(n_q, n_k, h_q, h_kv, head_dim, block_size, dtype, block_m=16, block_n=16, seed=n_k,
+                       heavy_first=heavy_first)  # fmt: skip
 
 
 def test_block_causal_mask_semantics():

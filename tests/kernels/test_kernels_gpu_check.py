@@ -37,6 +37,8 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert {r["params"] for r in report["tuning"] if r["kernel"] == "attention input"} == {
         "auto (cuBLAS + qk_norm_rope)", "thin, one launch, split_k=1", "thin, one launch, split_k=2"}
     assert {"auto", "auto, one launch"} <= {r["params"] for r in report["tuning"] if r["kernel"] == "block_attention"}
+    assert {r["params"] for r in report["tuning"] if r["kernel"] == "block_causal_attention"} == {
+        "auto", "block_m=16 block_n=16 stages=2", "block_m=16 block_n=16 stages=2, heavy first"}
     assert any("one launch" in c["case"] for c in report["correctness"])
     assert {r["params"] for r in report["tuning"] if r["kernel"] == "model pass (thin GEMM, PDL)"} == {
         "auto (prefetch 8 MB)", "prefetch 0 MB", "prefetch 2 MB", "prefetch 32 MB"}
