@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from latency_bench.gpu_engine import QUESTIONS, missing_engine_packages, run_engine_timings
+from latency_bench.gpu_plot import pass_breakdown_svg
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BLOCK = 16  # the denoising block (tokens per block)
@@ -639,12 +640,14 @@ def _table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, picture: str | None = None) -> str:
+    """The report as markdown; ``picture``: the file name of its pass picture (:func:`write_picture`), shown in the
+    profile section."""
     env = ", ".join(f"{k}={v}" for k, v in report.env.items())
     parts = [
         "# GPU check\n", f"{env}\n", "## Goals (issue 7)\n", _table(report.goals),
         "## Correctness (Triton vs torch reference on the device)\n", _table(report.correctness),
-        "## Path decisions (the fastest of Triton, torch and FlexAttention per kernel and shape; kernels by graphed time)\n",
+        "## Path decisions (the fastest path timed per kernel and shape: Triton, torch, FlexAttention; kernels by graphed time)\n",
         _table(path_decisions(report)),
         "## Kernels vs torch reference and the floor\n",
         "`bw_frac`: bytes the kernel must read over time, as a fraction of the measured copy bandwidth.\n\n",
@@ -654,6 +657,7 @@ def render_markdown(report: Report) -> str:
         _table(report.models),
         f"## Decode throughput (at {TOKENS_PER_PASS} tokens committed per pass)\n", _table(report.decode),
         "## Where a pass's device time goes (profiler, one eager pass; graphed time for comparison)\n",
+        *([f"![a pass's time by kernel family against the weight-read floor]({picture})\n"] if picture else []),
         _table([{k: v for k, v in p.items() if k != "top"} for p in report.profiles]),
         *(f"Top kernels, {p['shape']} L={p['prompt']} [{p['path']}]:\n\n" + _table(p["top"]) for p in report.profiles),
         "## Engine: the demo checkpoint, eager vs CUDA-graphed denoising passes in float32 (same ids required), "
@@ -681,8 +685,19 @@ def results_paths(out_dir: Path, dry_run: bool) -> tuple[Path, Path]:
     return out_dir / f"{stem}.md", out_dir / f"{stem}.json"
 
 
+def write_picture(report: Report, md: Path) -> str | None:
+    """Draw the profiled passes beside ``md`` (``<stem>_pass.svg``, :mod:`latency_bench.gpu_plot`); the file's name,
+    or None when the report has no profile."""
+    if not report.profiles:
+        return None
+    floors = {str(r["shape"]): float(r["weight_floor_ms"]) for r in report.models}
+    svg = md.with_name(f"{md.stem}_pass.svg")
+    svg.write_text(pass_breakdown_svg(report.profiles, floors, GOALS["pass_over_weight_floor"]))
+    return svg.name
+
+
 def write_results(report: Report, md: Path, js: Path) -> None:
-    md.write_text(render_markdown(report))
+    md.write_text(render_markdown(report, write_picture(report, md)))
     js.write_text(json.dumps(asdict(report), indent=2) + "\n")
 
 
@@ -694,8 +709,9 @@ def render_saved(json_path: Path) -> int:
         raise SystemExit(f"gpu_check: cannot read a report from {json_path}: {exc}") from exc
     evaluate_goals(report)
     md = json_path.with_suffix(".md")
-    md.write_text(render_markdown(report))
-    print(f"wrote {md}")
+    picture = write_picture(report, md)
+    md.write_text(render_markdown(report, picture))
+    print(f"wrote {md}" + (f" and {picture}" if picture else ""))
     return 0
 
 

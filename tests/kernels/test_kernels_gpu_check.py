@@ -63,6 +63,8 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert all(r["dropped"] == "" and r["argmax_agree"] >= 0.9 for r in trial), trial
     md = js.with_suffix(".md")
     assert "## Goals" in md.read_text() and "| confidence |" in md.read_text()
+    picture = md.with_name(f"{md.stem}_pass.svg")  # the profiled passes drawn beside the report, which shows it
+    assert picture.read_text().startswith("<svg") and f"]({picture.name})" in md.read_text()
     assert "| demo checkpoint | on | triton |" in md.read_text()
 
     # a saved report renders again without measuring (the tables as this version draws them)
