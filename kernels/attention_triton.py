@@ -366,8 +366,7 @@ def block_causal_attention(
     """Batched block-causal attention, ``q [B, Tq, Hq, D]`` over ``k, v [B, Tk, Hkv, D]``; ``q_offset`` an int
     or a 1-element integer device tensor. Candidates the GPU check's sweep times: ``heavy_first``, the row tiles
     that see the most keys launch first, over all heads, so the last wave holds short ones; ``stages``, the key
-    tiles in flight (Triton's default 3; at 128 x 64 bf16 tiles 2 stages take 96 KiB of shared memory, not 128,
-    so two programs fit an SM: ``python -m latency_bench.kernels_compile``)."""
+    tiles in flight (Triton's default 3)."""
     q, k, v = _last_dim_contiguous(q, k, v)
     B, n_q, h_q, D = q.shape
     cuda = q.device.type == "cuda"

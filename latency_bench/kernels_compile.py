@@ -4,7 +4,8 @@ The CPU interpreter runs kernels as Python, so it accepts code the real compiler
 non-constexpr global, a loop-carried type change, an unsupported dot). This runs the real host
 wrappers on CPU tensors with each kernel replaced by a recorder, then compiles each recorded
 launch ahead of time for ``sm_90`` down to a cubin (Triton ships ptxas), with the divisibility a launch
-specializes, so its shared memory, loop cost and register spills are the device's. Run it in a process *without*
+specializes, so its shared memory, registers (and so how many programs an SM holds), loop cost and register spills
+are the device's. Run it in a process *without*
 ``TRITON_INTERPRET``: ``python -m latency_bench.kernels_compile``.
 """
 
@@ -59,6 +60,9 @@ def _divisible(value: object) -> bool:
 
 
 SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90 (H100/H200)
+# what one sm_90 SM holds, for programs_per_sm: registers, their allocation unit (a warp's, rounded up to 256),
+# warps, shared memory (and what the driver reserves a block) and blocks
+SM_REGISTERS, REGISTER_UNIT, SM_WARPS, SM_SHARED, BLOCK_RESERVED, SM_BLOCKS = 65536, 256, 64, 228 * 1024, 1024, 32
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,31 @@ class Compiled:
     l2_prefetches: int  # prefetch.global.L2 instructions: reads issued before that wait
     async_copies: bool  # cp.async: a software-pipelined loop's loads, copied to shared memory stages ahead
     spill_stores: int  # STL in the SASS: registers spilled to local memory (off-chip, through L1)
+    registers: int  # a thread's, from the cubin (cuobjdump -res-usage)
+    warps: int
+
+    @property
+    def programs_per_sm(self) -> int:
+        """How many programs (CTAs) of this kernel one SM holds at once, by registers, warps, shared memory and
+        blocks: under two, a program's waits for memory are not covered by another's work."""
+        warp_registers = -(-self.registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+        return min(SM_REGISTERS // (warp_registers * self.warps), SM_WARPS // self.warps,
+                   SM_SHARED // (self.shared_bytes + BLOCK_RESERVED), SM_BLOCKS)  # fmt: skip
+
+
+def cubin_registers(cubin: bytes) -> int:
+    """A thread's registers in ``cubin``, as ``cuobjdump -res-usage`` (which Triton ships) reports them."""
+    import subprocess
+    import tempfile
+
+    from triton.tools.disasm import path_to_cuobjdump
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([path_to_cuobjdump(), "-res-usage", f.name], capture_output=True, text=True,
+                               check=True).stdout  # fmt: skip
+    return int(re.search(r"REG:(\d+)", usage).group(1))
 
 
 def loop_cost(sass: str) -> tuple[int, int]:
@@ -106,7 +135,8 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     seconds = time.perf_counter() - t0
     ptx, sass = kernel.asm["ptx"], get_sass(kernel.asm["cubin"])
     return Compiled(seconds, int(kernel.metadata.shared), *loop_cost(sass), "griddepcontrol.wait" in ptx,
-                    ptx.count("prefetch.global.L2"), "cp.async." in ptx, len(re.findall(r"\bSTL\b", sass)))  # fmt: skip
+                    ptx.count("prefetch.global.L2"), "cp.async." in ptx, len(re.findall(r"\bSTL\b", sass)),
+                    cubin_registers(kernel.asm["cubin"]), int(kernel.metadata.num_warps))  # fmt: skip
 
 
 @contextmanager
@@ -321,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             pdl = f", waits for the kernel before after {c.l2_prefetches} L2 prefetches" if c.waits_for_previous else ""
             pipelined = ", loads copied ahead (cp.async)" if c.async_copies else ""
             spills = f", {c.spill_stores} register spill stores" if c.spill_stores else ""
-            print(f"ok   {label} ({c.seconds:.1f} s, {c.shared_bytes // 1024} KiB shared, loop body "
+            print(f"ok   {label} ({c.seconds:.1f} s, {c.shared_bytes // 1024} KiB shared, {c.registers} registers x "
+                  f"{c.warps} warps: {c.programs_per_sm} program(s) an SM, loop body "
                   f"{c.loop_instructions} SASS instructions / {c.loop_barriers} barriers{pdl}{pipelined}{spills})",
                   flush=True)  # fmt: skip
         except Exception as exc:

@@ -48,3 +48,20 @@ def test_all_kernels_compile_for_hopper():
     assert not any("waits for the kernel before" in line for line in compiled if line not in pdl), compiled
     # a pass's kernels in bfloat16 (what a GPU engine runs) keep everything in registers: no spills to local memory
     assert not any("spill" in line for line in pdl), pdl
+    # each launch fits an SM at least once, by the registers ptxas gave it and its shared memory
+    held = [int(line.split(" program(s) an SM")[0].split(": ")[-1]) for line in compiled]
+    assert len(held) == len(compiled) and min(held) >= 1, compiled
+
+
+@pytest.mark.parametrize(("registers", "warps", "shared", "programs"), [
+    (140, 8, 112 * 1024, 1),  # the prefill's 64 x 64 tiles: 8 warps of 140 registers take 36K of the 64K
+    (58, 8, 0, 4),  # the confidence kernel's lanewise loop: 58 registers round to 64 a thread (2048 a warp)
+    (32, 8, 0, 8),  # its tile-reducing loop: warps bound it (64 an SM)
+    (32, 1, 0, 32),  # tiny programs: at most 32 an SM
+    (48, 4, 80 * 1024, 2),  # the thin product: shared memory bounds it (228 KiB an SM, 1 KiB reserved a program)
+])  # fmt: skip
+def test_programs_an_sm_holds(registers, warps, shared, programs):
+    from latency_bench.kernels_compile import Compiled
+
+    compiled = Compiled(0.0, shared, 0, 0, False, 0, False, 0, registers, warps)
+    assert compiled.programs_per_sm == programs
