@@ -221,6 +221,7 @@ def confidence_select(
     lanewise: bool | None = None,
     lane_max: bool = False,
     stages: int = 1,
+    max_registers: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch both stages on batched ``[B, N, V]`` logits; commits in place when ``ids`` is given.
 
@@ -232,7 +233,10 @@ def confidence_select(
     program streams at least :data:`LANEWISE_MIN_TILES` tiles, where the GPU check's sweep measured it faster.
     ``lane_max`` (per-lane accumulation only): each lane keeps its own running max as well, so the loop has no
     reduction at all; a candidate the sweep times, not yet measured on a GPU. ``stages`` > 1: each program keeps
-    ``stages - 1`` tiles' loads in flight ahead of the one it works on (a candidate too).
+    ``stages - 1`` tiles' loads in flight ahead of the one it works on (a candidate too). ``max_registers``: a
+    cap on the streaming stage's registers a thread (ptxas's allocation; the interpreter has none), so an SM holds more of its programs and so more
+    loads in flight (a candidate: the lanewise loop's 58 registers hold 4 programs an SM, 48 hold 5 with no
+    spill, 40 hold 6: ``python -m latency_bench.kernels_compile``).
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:
@@ -268,6 +272,7 @@ def confidence_select(
         HAS_MASK=has_mask, NOISE=noise, TEMPERED=noise and tempered, LANEWISE=lanewise, LANE_MAX=lane_max,
         STAGES=stages, BLOCK_V=block_v,
         num_warps=8 if block_v >= 2048 else 4, **launch,
+        **({"maxnreg": max_registers} if max_registers else {}),
     )  # fmt: skip
     if out is None:
         conf, token = torch.empty(B, N, **f32), torch.empty(B, N, dtype=torch.int64, device=device)

@@ -40,7 +40,8 @@ def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...])
     """Fused confidence selection: vocabulary tile width x vocabulary splits per row x the streaming stage's
     reductions per tile (three, the default; one with per-lane sums, `lanewise`; none with per-lane maxima too,
     `lanewise max`), and for the per-lane loops at the middle widths, software-pipelined (`stages=3`: two tiles'
-    loads in flight ahead of the one worked on)."""
+    loads in flight ahead of the one worked on); at the default width, the lanewise loop with its registers capped
+    (`max_registers`)."""
     from kernels.confidence_triton import confidence_select
 
     widths = (512, 1024) if device.type == "cpu" else (1024, 2048, 4096, 8192)
@@ -49,6 +50,9 @@ def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...])
                 for width, splits, accumulation in itertools.product(widths, (1, 4, 16, None), accumulations)]
     variants += [{"block_v": width, "splits": splits, "stages": 3} | accumulation
                  for width, splits, accumulation in itertools.product(widths[:3], (4, 16, None), accumulations[1:])]
+    # the lanewise loop's registers capped, so an SM holds 5 or 6 of its programs instead of 4 (kernels_compile)
+    variants += [{"block_v": widths[-3], "splits": None, "lanewise": True, "max_registers": cap} | pipelined
+                 for cap, pipelined in itertools.product((48, 40), ({}, {"stages": 3}))]
     rows = []
     for batch in batches:  # every variant again for each batch
         logits = torch.randn(batch, 16, vocab, device=device).to(torch.bfloat16)
@@ -66,7 +70,8 @@ def _confidence_params(options: dict[str, object]) -> str:
         return "auto"
     params = f"block_v={options['block_v']} splits={options['splits'] or 'auto'}"
     params += " lanewise" * options["lanewise"] + " max" * options.get("lane_max", False)
-    return params + (f" stages={options['stages']}" if "stages" in options else "")
+    params += f" stages={options['stages']}" if "stages" in options else ""
+    return params + (f" max_registers={options['max_registers']}" if "max_registers" in options else "")
 
 
 def block_attention_sweep(device: torch.device, heads: int, kv_heads: int, head_dim: int,

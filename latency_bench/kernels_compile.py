@@ -120,7 +120,7 @@ def compile_call(fn, args: tuple, kwargs: dict, arch: int = 90) -> Compiled:
     from triton.tools.disasm import get_sass
 
     kwargs = dict(kwargs)
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl", "maxnreg") if k in kwargs}
     if "UPCAST" in kwargs:  # the wrappers ran on CPU tensors; compile what a GPU launch would use
         kwargs["UPCAST"] = False
         kwargs["PREC"] = "ieee" if args[0].dtype == torch.float32 else "tf32"
@@ -152,7 +152,7 @@ def _programmatic_launches():
         pdl.launch_options = original
 
 
-def _confidence_launch(dtype: torch.dtype, temperature: float, commit: bool, accumulation: dict[str, bool]) -> str:
+def _confidence_launch(dtype: torch.dtype, temperature: float, commit: bool, accumulation: dict[str, object]) -> str:
     """Fused confidence selection over two 16-token blocks of a 151,936-token vocabulary; returns its label."""
     from kernels import confidence_triton
 
@@ -162,8 +162,9 @@ def _confidence_launch(dtype: torch.dtype, temperature: float, commit: bool, acc
                                         torch.tensor([1], dtype=torch.int64), block_v=2048, splits=25,
                                         **accumulation)  # fmt: skip
     name = "lanes-max" if accumulation.get("lane_max") else "lanes" if accumulation["lanewise"] else "tiles"
-    stages = accumulation.get("stages", 1)
-    return f"confidence {dtype} T={temperature} commit={commit} accumulate={name}" + f" stages={stages}" * (stages > 1)
+    stages, cap = accumulation.get("stages", 1), accumulation.get("max_registers")
+    return (f"confidence {dtype} T={temperature} commit={commit} accumulate={name}" + f" stages={stages}" * (stages > 1)
+            + f" max_registers={cap}" * bool(cap))
 
 
 def _block_attention_launch(dtype: torch.dtype, head_dim: int, with_block: bool, one_launch: bool = False) -> str:
@@ -288,7 +289,9 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
                 (torch.bfloat16, 0.0, True, tiles), (torch.float16, 0.8, True, tiles), (torch.float32, 0.0, False, tiles),
                 (torch.bfloat16, 0.0, True, lanes), (torch.float32, 0.8, False, lanes),
                 (torch.bfloat16, 0.0, True, lanes_max), (torch.float32, 0.8, False, lanes_max),
-                (torch.bfloat16, 0.0, True, lanes_max | {"stages": 3}), (torch.float32, 0.8, False, tiles | {"stages": 3})]:  # fmt: skip
+                (torch.bfloat16, 0.0, True, lanes_max | {"stages": 3}), (torch.float32, 0.8, False, tiles | {"stages": 3}),
+                (torch.bfloat16, 0.0, True, lanes | {"max_registers": 48}),
+                (torch.bfloat16, 0.0, True, lanes | {"max_registers": 40, "stages": 3})]:  # fmt: skip
             collect(_confidence_launch(dtype, temperature, commit, accumulation), recs)
     with _recording(attention_triton, ["_block_partials_kernel", "_block_combine_kernel"]) as recs:
         for dtype, head_dim, with_block, one_launch in [
