@@ -234,9 +234,9 @@ def confidence_select(
     ``lane_max`` (per-lane accumulation only): each lane keeps its own running max as well, so the loop has no
     reduction at all; a candidate the sweep times, not yet measured on a GPU. ``stages`` > 1: each program keeps
     ``stages - 1`` tiles' loads in flight ahead of the one it works on (a candidate too). ``max_registers``: a
-    cap on the streaming stage's registers a thread (ptxas's allocation; the interpreter has none), so an SM holds more of its programs and so more
-    loads in flight (a candidate: the lanewise loop's 58 registers hold 4 programs an SM, 48 hold 5 with no
-    spill, 40 hold 6: ``python -m latency_bench.kernels_compile``).
+    cap on the streaming stage's registers a thread (ptxas's allocation; the interpreter has none), so an SM
+    holds more of its programs and so more loads in flight (a candidate: the lanewise loop's 58 registers hold 4
+    programs an SM, 48 hold 5 with no spill, 40 hold 6: ``python -m latency_bench.kernels_compile``).
     """
     B, N, V = logits.shape
     if logits.stride(2) != 1:

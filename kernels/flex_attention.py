@@ -44,6 +44,7 @@ def block_causal_mask(tokens: int, block: int, device: torch.device | str) -> Bl
 
 @functools.cache
 def _compiled() -> Callable[..., torch.Tensor]:
+    """One compiled FlexAttention for the process: its compiled kernels are kept per shape across calls."""
     return torch.compile(flex_attention, dynamic=False)
 
 
