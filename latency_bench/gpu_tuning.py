@@ -51,7 +51,7 @@ def confidence_sweep(device: torch.device, vocab: int, batches: tuple[int, ...])
     variants += [{"block_v": width, "splits": splits, "stages": 3} | accumulation
                  for width, splits, accumulation in itertools.product(widths[:3], (4, 16, None), accumulations[1:])]
     # the lanewise loop's registers capped, so an SM holds 5 or 6 of its programs instead of 4 (kernels_compile)
-    variants += [{"block_v": widths[-3], "splits": None, "lanewise": True, "max_registers": cap} | pipelined
+    variants += [{"lanewise": True, "max_registers": cap} | pipelined  # at the default width and splits
                  for cap, pipelined in itertools.product((48, 40), ({}, {"stages": 3}))]
     rows = []
     for batch in batches:  # every variant again for each batch
@@ -68,7 +68,7 @@ def _confidence_params(options: dict[str, object]) -> str:
     """A sweep row's ``params``: ``auto`` for the defaults, else the tile, the splits and the streaming options."""
     if not options:
         return "auto"
-    params = f"block_v={options['block_v']} splits={options['splits'] or 'auto'}"
+    params = f"block_v={options.get('block_v', 'auto')} splits={options.get('splits') or 'auto'}"
     params += " lanewise" * options["lanewise"] + " max" * options.get("lane_max", False)
     params += f" stages={options['stages']}" if "stages" in options else ""
     return params + (f" max_registers={options['max_registers']}" if "max_registers" in options else "")

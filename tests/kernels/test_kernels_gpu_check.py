@@ -37,6 +37,9 @@ def test_dry_run_writes_a_complete_report(tmp_path):
     assert {r["params"] for r in report["tuning"] if r["kernel"] == "attention input"} == {
         "auto (cuBLAS + qk_norm_rope)", "thin, one launch, split_k=1", "thin, one launch, split_k=2"}
     assert {"auto", "auto, one launch"} <= {r["params"] for r in report["tuning"] if r["kernel"] == "block_attention"}
+    assert {"block_v=auto splits=auto lanewise max_registers=48",
+            "block_v=auto splits=auto lanewise stages=3 max_registers=40"} <= {
+        r["params"] for r in report["tuning"] if r["kernel"] == "confidence"}
     assert {r["params"] for r in report["tuning"] if r["kernel"] == "block_causal_attention"} == {
         "auto", "block_m=16 block_n=16 stages=2", "block_m=16 block_n=16 stages=2, heavy first"}
     assert any("one launch" in c["case"] for c in report["correctness"])
