@@ -18,7 +18,7 @@ import triton.language as tl
 
 from kernels import pdl
 from kernels.dispatch import sm_count
-from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_kernel
+from kernels.pdl_triton import L2_LINE_BYTES, line_elements, prefetch_l2, wait_for_previous_kernel
 from kernels.split_count_triton import count_in, reset_count, split_counts
 
 NEG_BIG = tl.constexpr(-1.0e30)  # finite running-max start: keeps exp2(m_old - m_new) free of NaN
@@ -332,7 +332,7 @@ def block_attention(
         lengths, o_part, m_part, l_part, counts, out, out.stride(0), out.stride(1), out.stride(2),
         h_kv, n_rows, group, k_block.shape[1] if has_block else 0, chunk, cap, scale * LOG2E, D,
         HAS_BLOCK=has_block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **dot_options(q), MERGE=one_launch,
-        PREFETCH_KEYS=keys, ROW_LINES=row_lines, LINE=max(1, L2_LINE_BYTES // k_cache.element_size()), **launch,
+        PREFETCH_KEYS=keys, ROW_LINES=row_lines, LINE=line_elements(k_cache), **launch,
     )  # fmt: skip
     if one_launch:
         return out

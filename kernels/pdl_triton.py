@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 L2_LINE_BYTES = 128
+
+
+def line_elements(t: torch.Tensor) -> int:
+    """How many of ``t``'s elements one L2 line holds: the stride between the pointers a prefetch asks for."""
+    return max(1, L2_LINE_BYTES // t.element_size())
 
 
 @triton.jit

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from kernels import pdl
 from kernels.attention_triton import dot_options
-from kernels.pdl_triton import L2_LINE_BYTES, prefetch_l2, wait_for_previous_kernel
+from kernels.pdl_triton import L2_LINE_BYTES, line_elements, prefetch_l2, wait_for_previous_kernel
 from kernels.split_count_triton import count_in, reset_count, split_counts
 
 # Launch defaults from the sweep of a 1.7B layer's products on an H200 (gpu_check_h200_2026-12-04_run7.md):
@@ -202,7 +202,7 @@ def prefetch_options(weight: torch.Tensor, grid: tuple[int, int], block_n: int, 
                      launch: dict[str, bool]) -> dict[str, int]:  # fmt: skip
     """A weight-streaming launch's ``PREFETCH_LINES`` and ``LINE`` (the weight's elements an L2 line holds): no
     prefetch unless it is launched with PDL (``launch``), since only then is there a wait to read ahead of."""
-    line = max(1, L2_LINE_BYTES // weight.element_size())
+    line = line_elements(weight)
     programs, line_bytes = grid[0] * grid[1], block_n * L2_LINE_BYTES  # a line of each of the strip's rows
     lines = pdl.prefetch_count(budget, programs, line_bytes, k_chunk // line, weight.device) if launch["GDC"] else 0
     return {"PREFETCH_LINES": lines, "LINE": line}
