@@ -641,7 +641,7 @@ def _table(rows: list[dict[str, object]]) -> str:
 
 
 def render_markdown(report: Report, picture: str | None = None) -> str:
-    """The report as markdown; ``picture``: the file name of its pass picture (:func:`write_picture`), shown in the
+    """The report as markdown; ``picture``: the file name of its pass picture (:func:`write_markdown`), shown in the
     profile section."""
     env = ", ".join(f"{k}={v}" for k, v in report.env.items())
     parts = [
@@ -685,19 +685,21 @@ def results_paths(out_dir: Path, dry_run: bool) -> tuple[Path, Path]:
     return out_dir / f"{stem}.md", out_dir / f"{stem}.json"
 
 
-def write_picture(report: Report, md: Path) -> str | None:
-    """Draw the profiled passes beside ``md`` (``<stem>_pass.svg``, :mod:`latency_bench.gpu_plot`); the file's name,
-    or None when the report has no profile."""
-    if not report.profiles:
-        return None
-    floors = {str(r["shape"]): float(r["weight_floor_ms"]) for r in report.models}
-    svg = md.with_name(f"{md.stem}_pass.svg")
-    svg.write_text(pass_breakdown_svg(report.profiles, floors, GOALS["pass_over_weight_floor"]))
-    return svg.name
+def write_markdown(report: Report, md: Path) -> str | None:
+    """The report as ``md``, with its profiled passes drawn beside it (``<stem>_pass.svg``,
+    :mod:`latency_bench.gpu_plot`) when it has any; the picture's file name, or None."""
+    picture = None
+    if report.profiles:
+        floors = {str(r["shape"]): float(r["weight_floor_ms"]) for r in report.models}
+        svg = md.with_name(f"{md.stem}_pass.svg")
+        svg.write_text(pass_breakdown_svg(report.profiles, floors, GOALS["pass_over_weight_floor"]))
+        picture = svg.name
+    md.write_text(render_markdown(report, picture))
+    return picture
 
 
 def write_results(report: Report, md: Path, js: Path) -> None:
-    md.write_text(render_markdown(report, write_picture(report, md)))
+    write_markdown(report, md)
     js.write_text(json.dumps(asdict(report), indent=2) + "\n")
 
 
@@ -709,8 +711,7 @@ def render_saved(json_path: Path) -> int:
         raise SystemExit(f"gpu_check: cannot read a report from {json_path}: {exc}") from exc
     evaluate_goals(report)
     md = json_path.with_suffix(".md")
-    picture = write_picture(report, md)
-    md.write_text(render_markdown(report, picture))
+    picture = write_markdown(report, md)
     print(f"wrote {md}" + (f" and {picture}" if picture else ""))
     return 0
 
