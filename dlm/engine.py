@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -134,28 +134,26 @@ class Engine:
         kernels: str = "auto",
         cuda_graphs: str = "auto",
         layer_steps: str = "auto",
+        worker: concurrent.futures.ThreadPoolExecutor | None = None,
     ) -> None:
         """``kernels``: "auto" (the Triton kernel path on CUDA, torch otherwise; ``DLM_KERNELS`` may force
         either), "triton" or "torch"; resolved once here, so a forced path that cannot run fails now.
         ``cuda_graphs``: "auto" (denoising passes replayed as CUDA graphs on CUDA), "on" or "off"; see
         :mod:`dlm.graphed_forward`. ``layer_steps``: how the graphed passes' layers launch, "auto" (on CUDA
-        chosen by a timed and checked trial here, see :mod:`dlm.layer_trial`), "fused" or "thin"."""
+        chosen by a timed and checked trial here, see :mod:`dlm.layer_trial`), "fused" or "thin". ``worker``: the
+        thread the model was built on (:meth:`build`), else a new one."""
+        self.worker = worker or model_worker()
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else model.output_weight().device
         self.kernels = kernel_path(kernels, self.device)
         self.cuda_graphs = graphs_enabled(cuda_graphs, self.device)
         # released sessions' graphed caches, so later conversations replay graphs captured by earlier ones
-        self.layer_steps, self.layer_trials = resolve_layer_steps(layer_steps, self.model, self.kernels,
-                                                                  self.cuda_graphs)  # fmt: skip
+        self.layer_steps, self.layer_trials = self.run_on_worker(resolve_layer_steps, layer_steps, self.model,
+                                                                 self.kernels, self.cuda_graphs)  # fmt: skip
         self.graph_pool = GraphedStatePool(self.model, self.layer_steps) if self.cuda_graphs else None
         self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
         self.trained_block_sizes = tuple(trained_block_sizes)
-        # One thread for all model work; autograd off there, once (generators interleave on it), and the
-        # creating thread's torch thread count (a new thread would otherwise get torch's default).
-        self.worker = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=WORKER_NAME, initializer=_init_worker, initargs=(torch.get_num_threads(),)
-        )
         self.scheduler = Scheduler(self.model, self.worker)
 
     @classmethod
@@ -166,10 +164,27 @@ class Engine:
         """Load a checkpoint directory (see :mod:`dlm.checkpoint`); ``device`` and ``dtype`` as
         :func:`dlm.checkpoint.placement` resolves them (auto: bfloat16 on a GPU when there is one)."""
         device, dtype = placement(device, dtype)
-        model, tokenizer = load_checkpoint(path, dtype, device)
         gen_file = Path(path) / "generation_config.json"
         gen = json.loads(gen_file.read_text()) if gen_file.exists() else {}
-        return cls(model, tokenizer, device, gen.get("trained_block_sizes", ()), kernels, cuda_graphs, layer_steps)
+        return cls.build(partial(load_checkpoint, path, dtype, device), device=device,
+                         trained_block_sizes=gen.get("trained_block_sizes", ()), kernels=kernels,
+                         cuda_graphs=cuda_graphs, layer_steps=layer_steps)  # fmt: skip
+
+    @classmethod
+    def build(cls, make: Callable[[], tuple[Transformer, Tokenizer]], **options: Any) -> Engine:
+        """An engine on the model and tokenizer ``make()`` returns, built on the thread that will run the model.
+
+        Why: torch's CPU operators run on an OpenMP team of the calling thread, and GNU OpenMP, once its threads
+        outnumber the cores, stops spinning for work between parallel regions and sleeps. A model built on one
+        thread and run on another leaves two teams: on a 2-core machine a demo-checkpoint turn then took 36 ms
+        instead of 20 (``python -m latency_bench engine-thread``). ``options`` are :class:`Engine`'s."""
+        worker = model_worker()
+        try:
+            model, tokenizer = worker.submit(make).result()
+            return cls(model, tokenizer, worker=worker, **options)
+        except BaseException:
+            worker.shutdown(wait=True)  # make has returned or raised: nothing is left to wait for
+            raise
 
     def close(self) -> None:
         self.worker.shutdown(wait=True)
@@ -343,6 +358,13 @@ class Engine:
             self.scheduler.cancel(job, session.release if owned else None)
         session.last_result = run.result()
         return session.last_result
+
+
+def model_worker() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread an engine's model work runs on: autograd off there, once (generators interleave on it),
+    and the creating thread's torch thread count (a new thread would otherwise get torch's default)."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=WORKER_NAME, initializer=_init_worker,
+                                                 initargs=(torch.get_num_threads(),))  # fmt: skip
 
 
 def _init_worker(threads: int) -> None:

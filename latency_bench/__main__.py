@@ -18,6 +18,8 @@ BENCHMARKS = {
     "api": ("latency_bench.api_bench", "OpenAI API under concurrent clients: first chunk and tokens/s vs AR"),
     "train-step": ("latency_bench.train_step_bench", "training step time: eager, compiled, compiled with bf16 matmuls"),
     "asr-window": ("latency_bench.asr_window_bench", "final-pass Whisper window: word error rate and time, 30 s vs 10 s"),
+    "engine-thread": ("latency_bench.engine_thread_bench",
+                      "a turn with the model built on the thread that runs it vs on the caller's"),
     "copy-bias": ("latency_bench.copy_bias_bench", "the replies' copy bias: time per pass, bare vs biased"),
     "schema-budget": ("latency_bench.schema_budget_bench",
                       "constrained decoding under a tight max_tokens: budget checks vs the grammar alone"),

@@ -67,7 +67,8 @@ class Row:
 
 
 def random_engine(shape: Shape, block_size: int, ctx: int, dtype: torch.dtype, device: str, seed: int = 0) -> Engine:
-    """An SDAR-layout model with random weights and a stand-in tokenizer (one token per id)."""
+    """An SDAR-layout model with random weights and a stand-in tokenizer (one token per id), built on the
+    engine's worker (see ``Engine.build``: the baselines run there too)."""
     cfg = ModelConfig(
         model_type="sdar", vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
         num_heads=shape.heads, num_kv_heads=shape.kv_heads, head_dim=shape.head_dim,
@@ -75,10 +76,12 @@ def random_engine(shape: Shape, block_size: int, ctx: int, dtype: torch.dtype, d
         tie_word_embeddings=True, mask_token_id=shape.vocab - 1, block_size=block_size, token_shift=False,
         bidirectional=False, max_position_embeddings=ctx,
     )
-    torch.manual_seed(seed)
-    model = Transformer(cfg).to(device=device, dtype=dtype)
     backend = HFTokenizer(models.WordLevel({f"t{i}": i for i in range(shape.vocab)}, unk_token="t0"))
-    return Engine(model, Tokenizer(backend=backend, template=None), device)
+
+    def make() -> tuple[Transformer, Tokenizer]:
+        torch.manual_seed(seed)
+        return Transformer(cfg).to(device=device, dtype=dtype), Tokenizer(backend=backend, template=None)
+    return Engine.build(make, device=device)
 
 
 def _ms(fn: Callable[[], object]) -> float:
@@ -185,13 +188,14 @@ def run_bench(shape_name: str, prompt_lengths: list[int], block: int = 8, passes
     try:
         for length in prompt_lengths:
             prompt = torch.randint(0, shape.vocab - 1, (length,), generator=gen_ids).tolist()
+            # the baselines run on the engine's worker too: one thread runs all torch work (``Engine.build``)
             samplers = {"engine": engine_sampler(engine, prompt, gen, block, passes),
-                        "ar": ar_sampler(engine.model, prompt, gen, block),
-                        "vanilla": vanilla_sampler(engine.model, prompt, block, passes, canvas)}
+                        "ar": engine.run_on_worker(ar_sampler, engine.model, prompt, gen, block),
+                        "vanilla": engine.run_on_worker(vanilla_sampler, engine.model, prompt, block, passes, canvas)}
             samples: dict[str, list[Sample]] = {name: [] for name in samplers}
             for _ in range(repeats):
                 for name, sample in samplers.items():
-                    samples[name].append(sample())
+                    samples[name].append(sample() if name == "engine" else engine.run_on_worker(sample))
             for name, got in samples.items():
                 med = {k: _median([g[k] for g in got]) for k in got[0]}
                 rows.append(Row(length, name, med["first_block_ms"], med["cold_first_block_ms"],

@@ -358,51 +358,49 @@ def decode_passes(
         if end <= known:  # a window of nothing would be decoded for ever
             raise ValueError(f"decoding reached the end of the context ({cfg.max_position_embeddings} tokens): "
                              "cap max_new_tokens at the room the prompt leaves")
-        # The window and its mask live on the host: the loop's tests and updates are then no device launches and
-        # no waits; a pass takes the window to the device, and brings back only the picked tokens.
-        window = torch.tensor(tokens[start:] + [mask_id] * (end - known), dtype=torch.long)
-        masked = window == mask_id
+        # The window and its mask are host lists: the loop's tests and updates are then neither device launches
+        # nor tensor ops (each a few microseconds of dispatch on tensors this small); a pass takes the window to
+        # the device and brings back only the picked tokens.
+        window = tokens[start:] + [mask_id] * (end - known)
+        masked = [token == mask_id for token in window]
         emitted = known - start  # window offset of the first position not yet yielded
         shares: list[int] = []
-        while bool(masked.any()):
-            if shift and bool(masked[0]):
+        while True in masked:
+            if shift and masked[0]:
                 if last_logits is None:
                     raise ValueError("a token-shift model needs the last committed logits to start a window")
                 token, _ = pick(_no_mask(last_logits[None].clone(), mask_id), policy.sampling, generator)
                 window[0], masked[0] = int(token[0]), False
             else:
-                first = int(masked.nonzero()[0])
-                sub = policy.sub_block or window.shape[0]
-                lo = (first // sub) * sub
-                candidates = torch.zeros_like(masked)
-                candidates[lo:lo + sub] = masked[lo:lo + sub]
+                sub = policy.sub_block or len(window)
+                lo = masked.index(True) // sub * sub
+                rows = [row for row in range(lo, min(lo + sub, len(window))) if masked[row]]
                 if not shares and not policy.adaptive:
-                    shares = transfer_counts(int(masked.sum()), policy.passes_per_block or 1)
-                rows = candidates.nonzero()[:, 0]
-                logits = _no_mask((yield Pass(forward, window, rows - 1 if shift else rows, pending)), mask_id)
+                    shares = transfer_counts(masked.count(True), policy.passes_per_block or 1)
+                at = torch.tensor([row - 1 for row in rows] if shift else rows)
+                logits = _no_mask((yield Pass(forward, torch.tensor(window), at, pending)), mask_id)
                 if bias:
-                    seen = [None if m else t for t, m in zip(window.tolist(), masked.tolist(), strict=True)]
+                    seen = [None if m else t for t, m in zip(window, masked, strict=True)]
                     line, offset = bias_line(tokens, start, seen)
-                    logits = bias.apply(logits, line, [offset + r for r in rows.tolist()])
+                    logits = bias.apply(logits, line, [offset + row for row in rows])
                 pending = None
                 progress.passes += 1
                 share = max(1, shares.pop(0)) if shares else 1
                 picked, chosen = _select(policy, fused, logits, share, generator)
-                committed = torch.where(chosen, picked, -1).cpu()  # one transfer: the tokens that commit, else -1
-                chosen = committed >= 0
-                window[rows[chosen]] = committed[chosen]
-                masked[rows[chosen]] = False
-            done = not bool(masked.any())
-            ready = int(masked.nonzero()[0]) if not done else window.shape[0]
-            commit = progress.accept(window[emitted:ready].tolist(), done)
+                # one transfer: the tokens that commit, else -1
+                for row, token in zip(rows, torch.where(chosen, picked, -1).tolist(), strict=True):
+                    if token >= 0:
+                        window[row], masked[row] = token, False
+            ready = masked.index(True) if True in masked else len(window)
+            commit = progress.accept(window[emitted:ready], ready == len(window))
             emitted = ready
             yield commit
             if progress.finished:
                 return
-        tokens.extend(window[known - start:].tolist())
+        tokens.extend(window[known - start:])
         if shift:  # the next window starts from this one's last logit: commit now, in a pass of its own
-            last_logits = yield Pass(forward, window, None)
+            last_logits = yield Pass(forward, torch.tensor(window), None)
             progress.passes += 1
         else:
-            pending = window
+            pending = torch.tensor(window)
 

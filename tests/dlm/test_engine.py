@@ -185,6 +185,35 @@ def test_half_precision_loading(fixtures_dir, dtype):
     eng.close()
 
 
+def test_the_model_is_built_on_the_thread_that_runs_it(fixtures_dir):
+    """``Engine.build`` runs ``make`` on the engine's worker, where every pass runs (one OpenMP team: see its
+    docstring), and a ``make`` that fails leaves no worker behind and raises its own error."""
+    from dlm.checkpoint import load_checkpoint
+
+    path = fixtures_dir / "sdar" / "checkpoint"
+    threads: list[str] = []
+
+    def make():
+        threads.append(threading.current_thread().name)
+        return load_checkpoint(path, torch.float32, torch.device("cpu"))
+
+    eng = Engine.build(make, device="cpu")
+    try:
+        assert threads == [eng.run_on_worker(lambda: threading.current_thread().name)]
+        assert eng.run_on_worker(eng.on_worker) and not eng.on_worker()
+        assert len(eng.generate("abc", max_new_tokens=4).token_ids) == 4
+    finally:
+        eng.close()
+    before = threading.active_count()
+
+    def broken():
+        raise OSError("no weights here")
+
+    with pytest.raises(OSError, match="no weights here"):
+        Engine.build(broken, device="cpu")
+    assert threading.active_count() <= before
+
+
 def _byte_tokenizer() -> Tokenizer:
     """Byte-level tokens: 'é' is two tokens (its two UTF-8 bytes), each alone half a character."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
