@@ -141,7 +141,8 @@ class Engine:
         ``cuda_graphs``: "auto" (denoising passes replayed as CUDA graphs on CUDA), "on" or "off"; see
         :mod:`dlm.graphed_forward`. ``layer_steps``: how the graphed passes' layers launch, "auto" (on CUDA
         chosen by a timed and checked trial here, see :mod:`dlm.layer_trial`), "fused" or "thin". ``worker``: the
-        thread the model was built on (:meth:`build`), else a new one."""
+        thread the model was built on (:meth:`build`), else a new one. On a CPU, build the model with
+        :meth:`build` or :meth:`from_dir` rather than passing one built on the calling thread: see :meth:`build`."""
         self.worker = worker or model_worker()
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
