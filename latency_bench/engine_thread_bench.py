@@ -5,13 +5,15 @@ torch's CPU operators run on an OpenMP team of the calling thread. GNU OpenMP co
 and once they outnumber the cores it stops spinning for the next parallel region and sleeps between them. A
 model loaded on the main thread and run on the engine's worker leaves two teams. That state belongs to the
 whole process, so each way runs in a fresh process of its own, the ways taking turns, and both must decode the
-same ids.
+same ids. Each process also counts its OS threads once its turns are done: the caller's way holds one OpenMP
+team more (with 2 torch threads, one more thread), which is the mechanism, seen without a clock.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -44,7 +46,8 @@ def _engine(way: str):  # -> Engine; imported late, so the parent process never 
 
 
 def measure(way: str, turns: int) -> dict[str, object]:
-    """In this process: one warm-up round, then ``turns`` timed rounds of :data:`QUESTIONS` (medium effort)."""
+    """In this process: one warm-up round, then ``turns`` timed rounds of :data:`QUESTIONS` (medium effort), and
+    the process's OS threads after them (Linux)."""
     engine = _engine(way)
     turn_ms, first_ms, per_pass, ids = [], [], [], []
     try:
@@ -59,10 +62,11 @@ def measure(way: str, turns: int) -> dict[str, object]:
                     turn_ms.append(elapsed)
                     first_ms.append(result.first_block_ms or elapsed)
                     per_pass.append(elapsed / max(1, result.forward_passes))
+        os_threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
     finally:
         engine.close()
     return {"turn_ms": statistics.median(turn_ms), "first_block_ms": statistics.median(first_ms),
-            "ms_per_pass": statistics.median(per_pass), "ids": ids}
+            "ms_per_pass": statistics.median(per_pass), "os_threads": os_threads, "ids": ids}
 
 
 def _in_fresh_process(way: str, turns: int, threads: int) -> dict[str, object]:
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
           f"x {args.turns} rounds of {len(QUESTIONS)} questions")
     for way, f in figures.items():
         print(f"{way:<20} turn {f['turn_ms']:7.2f} ms  first block {f['first_block_ms']:6.2f} ms  "
-              f"{f['ms_per_pass']:.3f} ms per pass")
+              f"{f['ms_per_pass']:.3f} ms per pass  {f['os_threads']:.0f} OS threads")
     print(f"built on the caller / on the worker, turn time: x{ratio}")
     if args.json:
         report = {"ways": figures, "caller_over_worker_turn": ratio, "threads": args.threads,
