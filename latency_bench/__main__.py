@@ -20,6 +20,7 @@ BENCHMARKS = {
     "asr-window": ("latency_bench.asr_window_bench", "final-pass Whisper window: word error rate and time, 30 s vs 10 s"),
     "engine-thread": ("latency_bench.engine_thread_bench",
                       "a turn with the model built on the thread that runs it vs on the caller's"),
+    "tts-spin": ("latency_bench.tts_spin_bench", "the LM beside Piper: onnxruntime's threads spinning vs sleeping"),
     "copy-bias": ("latency_bench.copy_bias_bench", "the replies' copy bias: time per pass, bare vs biased"),
     "schema-budget": ("latency_bench.schema_budget_bench",
                       "constrained decoding under a tight max_tokens: budget checks vs the grammar alone"),

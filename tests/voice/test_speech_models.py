@@ -216,3 +216,20 @@ def test_a_short_final_window_whose_words_are_rejected_listens_again_through_30_
                           np.zeros(ASR_RATE // 2, dtype=np.int16)])
     assert asr.transcribe(pcm, 10).rejected
     assert "goodbye" in asr.transcribe(pcm, 10, sure=True).text.lower()
+
+
+def test_piper_threads_sleep_between_runs_and_the_voice_is_piper_s_own(tts: PiperTts) -> None:
+    """`load_voice` builds the session itself (threads that do not spin, see its docstring), and must speak as
+    the voice `piper` loads: the same samples for the same text, noise off."""
+    from piper import PiperVoice, SynthesisConfig
+
+    from voice.models import piper_voice_files
+
+    options = tts._voice.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    stock = PiperVoice.load(*piper_voice_files())
+    quiet = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, volume=tts.config.volume)
+    assert tts._voice.config == stock.config
+    ours, theirs = (np.concatenate([c.audio_int16_array for c in v.synthesize("Paris.", quiet)])
+                    for v in (tts._voice, stock))
+    assert len(ours) > 0.2 * tts.sample_rate and np.array_equal(ours, theirs)
