@@ -177,8 +177,8 @@ class Engine:
 
         Why: torch's CPU operators run on an OpenMP team of the calling thread, and GNU OpenMP, once its threads
         outnumber the cores, stops spinning for work between parallel regions and sleeps. A model built on one
-        thread and run on another leaves two teams: on a 2-core machine a demo-checkpoint turn then took 36 ms
-        instead of 20 (``python -m latency_bench engine-thread``). ``options`` are :class:`Engine`'s."""
+        thread and run on another leaves two teams: on a 2-core machine a demo-checkpoint turn then took 48 ms
+        instead of 23 (``python -m latency_bench openmp``). ``options`` are :class:`Engine`'s."""
         worker = model_worker()
         try:
             model, tokenizer = worker.submit(make).result()
