@@ -19,7 +19,7 @@ BENCHMARKS = {
     "train-step": ("latency_bench.train_step_bench", "training step time: eager, compiled, compiled with bf16 matmuls"),
     "asr-window": ("latency_bench.asr_window_bench", "final-pass Whisper window: word error rate and time, 30 s vs 10 s"),
     "openmp": ("latency_bench.openmp_bench", "LM turns with one OpenMP team vs the two-team ways a process got there"),
-    "tts-spin": ("latency_bench.tts_spin_bench", "the LM beside Piper: onnxruntime's threads spinning vs sleeping"),
+    "neighbours": ("latency_bench.neighbours_bench", "the LM after and beside Piper and Whisper's features: idle threads"),
     "copy-bias": ("latency_bench.copy_bias_bench", "the replies' copy bias: time per pass, bare vs biased"),
     "schema-budget": ("latency_bench.schema_budget_bench",
                       "constrained decoding under a tight max_tokens: budget checks vs the grammar alone"),

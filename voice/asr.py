@@ -25,9 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,26 +36,7 @@ import numpy as np
 from voice.audio import as_pcm16, rms
 from voice.local_agreement import LocalAgreement
 from voice.models import whisper_model_dir
-
-
-def import_ctranslate2_on_its_own_openmp() -> None:
-    """Import CTranslate2 (faster-whisper's engine) so its OpenMP calls go to the GNU OpenMP it ships.
-
-    Why: torch, imported first, puts its own GNU OpenMP in the process's global symbol scope, and CTranslate2's
-    calls then bind to it. Whisper's team and the LM's become two teams of one library, which, once its threads
-    outnumber the cores, sleeps between parallel regions instead of spinning: on 2 cores a demo-checkpoint turn
-    took 39 ms with Whisper loaded against 16 with CTranslate2 imported before torch (``python -m latency_bench
-    openmp``). ``RTLD_DEEPBIND`` makes the library prefer its own dependencies whatever the import order.
-    Done once, at this module's import; a CTranslate2 already imported stays as it was bound."""
-    if "ctranslate2" in sys.modules:
-        return
-    flags = sys.getdlopenflags()
-    sys.setdlopenflags(flags | getattr(os, "RTLD_DEEPBIND", 0))
-    try:
-        import ctranslate2  # noqa: F401
-    finally:
-        sys.setdlopenflags(flags)
-
+from voice.neighbours import import_ctranslate2_on_its_own_openmp, one_blas_thread
 
 import_ctranslate2_on_its_own_openmp()
 
@@ -182,6 +161,7 @@ class WhisperAsr:
         from faster_whisper.tokenizer import Tokenizer
 
         self.config = config or AsrConfig()
+        one_blas_thread()
         self._model = WhisperModel(
             str(model_dir or whisper_model_dir()),
             device="cpu",

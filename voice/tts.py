@@ -85,9 +85,9 @@ def load_voice(model_path: Path, config_path: Path) -> PiperVoice:
     """The Piper voice on an onnxruntime session whose threads sleep between runs rather than spin.
 
     Why: onnxruntime's CPU threads spin for work after each run by default, and Piper runs while the LM decodes
-    the next clause. ``python -m latency_bench tts-spin`` (2-core AMD EPYC): a demo-checkpoint turn right after a
-    clause took 48.8 ms beside spinning threads, 23.3 beside sleeping ones; a clause and two turns side by side,
-    244 and 139 ms against 207 and 116; a clause alone 106 against 109 ms."""
+    the next clause. ``python -m latency_bench neighbours`` (2-core AMD EPYC): a demo-checkpoint turn right after a
+    clause took 48.4 ms beside spinning threads, 21.1 beside sleeping ones; a clause and two turns side by side,
+    239 and 152 ms against 175 and 104; a clause alone 106 against 103 ms."""
     import onnxruntime
     from piper import PiperVoice
     from piper.config import PiperConfig
