@@ -57,6 +57,9 @@ def _medians(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, 
 
 
 def run(args: argparse.Namespace) -> int:
+    from voice.neighbours import import_ctranslate2_on_its_own_openmp
+
+    import_ctranslate2_on_its_own_openmp()  # before faster_whisper imports it, as voice.asr does
     from faster_whisper.feature_extractor import FeatureExtractor
     from piper import PiperVoice, SynthesisConfig
     from threadpoolctl import threadpool_limits
