@@ -233,3 +233,17 @@ def test_piper_threads_sleep_between_runs_and_the_voice_is_piper_s_own(tts: Pipe
     ours, theirs = (np.concatenate([c.audio_int16_array for c in v.synthesize("Paris.", quiet)])
                     for v in (tts._voice, stock))
     assert len(ours) > 0.2 * tts.sample_rate and np.array_equal(ours, theirs)
+
+
+def test_numpy_blas_runs_on_one_thread_once_whisper_loads(asr: WhisperAsr) -> None:
+    """`one_blas_thread` (see its docstring): after Whisper loads, numpy's BLAS has one thread, so none is left
+    spinning beside the LM; the features it computes are the same as with two."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas and all(pool["num_threads"] == 1 for pool in blas)
+    audio = np.random.default_rng(0).normal(0, 0.03, 32000).astype(np.float32)
+    one = asr._model.feature_extractor(audio)
+    with threadpool_limits(2, user_api="blas"):
+        two = asr._model.feature_extractor(audio)
+    assert one.shape[0] == 80 and np.allclose(one, two, atol=1e-5)
