@@ -9,9 +9,9 @@ block and every block before it. Compiled on CUDA; elsewhere torch's eager loop 
 not the speed.
 
 Layouts are ``[B, T, H, D]``, as in :mod:`kernels.block_attention`. The cache slots past a length must hold
-finite values, as the engine's zeroed cache does: a masked key's value is weighed by zero, not skipped. A block mask depends on the lengths it was
-built for: a caller builds it once a block (the cache grows only when a block commits) and reuses it for every
-pass of that block.
+finite values, as the engine's zeroed cache does: a masked key's value is weighed by zero, not skipped. A block
+mask depends on the lengths it was built for: a caller builds it once a block (the cache grows only when a block
+commits) and reuses it for every pass of that block.
 """
 
 from __future__ import annotations

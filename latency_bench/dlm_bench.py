@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -84,7 +85,8 @@ def random_engine(shape: Shape, block_size: int, ctx: int, dtype: torch.dtype, d
     return Engine.build(make, device=device)
 
 
-def _ms(fn: Callable[[], object]) -> float:
+def elapsed_ms(fn: Callable[[], object]) -> float:
+    """Wall time of ``fn()``, in milliseconds."""
     t = time.perf_counter()
     fn()
     return (time.perf_counter() - t) * 1000
@@ -142,9 +144,9 @@ def ar_sampler(model: Transformer, prompt: list[int], gen: int, first: int) -> C
 
     @torch.no_grad()
     def sample() -> Sample:
-        return {"first_block_ms": _ms(lambda: decode(last, first)),
-                "cold_first_block_ms": _ms(lambda: decode(prefill(), first)),
-                "tokens_per_s": gen / _ms(lambda: decode(last, gen)) * 1000}
+        return {"first_block_ms": elapsed_ms(lambda: decode(last, first)),
+                "cold_first_block_ms": elapsed_ms(lambda: decode(prefill(), first)),
+                "tokens_per_s": gen / elapsed_ms(lambda: decode(last, gen)) * 1000}
     return sample
 
 
@@ -170,7 +172,7 @@ def vanilla_sampler(model: Transformer, prompt: list[int], block: int, passes: i
 
     @torch.no_grad()
     def sample() -> Sample:
-        ms = _ms(first_block)
+        ms = elapsed_ms(first_block)
         return {"first_block_ms": ms, "cold_first_block_ms": ms, "tokens_per_s": block / ms * 1000}
     return sample
 
@@ -188,14 +190,16 @@ def run_bench(shape_name: str, prompt_lengths: list[int], block: int = 8, passes
     try:
         for length in prompt_lengths:
             prompt = torch.randint(0, shape.vocab - 1, (length,), generator=gen_ids).tolist()
-            # the baselines run on the engine's worker too: one thread runs all torch work (``Engine.build``)
+            # the baselines are set up and sampled on the engine's worker too: one thread runs all torch work
+            # (``Engine.build``)
+            ar = engine.run_on_worker(ar_sampler, engine.model, prompt, gen, block)
+            vanilla = engine.run_on_worker(vanilla_sampler, engine.model, prompt, block, passes, canvas)
             samplers = {"engine": engine_sampler(engine, prompt, gen, block, passes),
-                        "ar": engine.run_on_worker(ar_sampler, engine.model, prompt, gen, block),
-                        "vanilla": engine.run_on_worker(vanilla_sampler, engine.model, prompt, block, passes, canvas)}
+                        "ar": partial(engine.run_on_worker, ar), "vanilla": partial(engine.run_on_worker, vanilla)}
             samples: dict[str, list[Sample]] = {name: [] for name in samplers}
             for _ in range(repeats):
                 for name, sample in samplers.items():
-                    samples[name].append(sample() if name == "engine" else engine.run_on_worker(sample))
+                    samples[name].append(sample())
             for name, got in samples.items():
                 med = {k: _median([g[k] for g in got]) for k in got[0]}
                 rows.append(Row(length, name, med["first_block_ms"], med["cold_first_block_ms"],

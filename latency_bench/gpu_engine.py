@@ -29,8 +29,10 @@ ENGINE_PACKAGES = ("tokenizers", "safetensors")
 QUESTIONS = ("what's the capital of france", "set a timer for ten minutes", "how much is 12 times 4")
 
 
-def _timed_turns(engine: Engine, reps: int, questions: tuple[str, ...]) -> tuple[list[list[int]], dict[str, float]]:
-    """Every question ``reps`` times on fresh sessions: the ids of the last round and median timings."""
+def timed_turns(engine: Engine, reps: int, questions: tuple[str, ...] = QUESTIONS
+                ) -> tuple[list[list[int]], dict[str, float]]:  # fmt: skip
+    """Every question ``reps`` times on fresh sessions (medium effort, 48 tokens): the ids of the last round and
+    median timings (``first_block_ms``, ``turn_ms``, ``ms_per_pass``)."""
     first, total, passes = [], [], []
     ids: list[list[int]] = []
     for _ in range(reps):
@@ -58,8 +60,8 @@ def _engine_row(engine: Engine, reps: int, questions: tuple[str, ...], label: st
     the row; for a graphed engine its pass alone too, so that what a turn spends around its passes shows."""
     from dlm.layer_trial import run_trials
 
-    _timed_turns(engine, 1, questions)
-    ids, figures = _timed_turns(engine, reps, questions)
+    timed_turns(engine, 1, questions)
+    ids, figures = timed_turns(engine, reps, questions)
     if engine.graph_pool is not None:
         (alone,) = run_trials(engine.model, (engine.graph_pool.steps,), reps)
         if alone.dropped:

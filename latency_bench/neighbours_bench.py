@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dlm.cli_args import at_least_one, output_path
+from latency_bench.dlm_bench import elapsed_ms
 
 CLAUSE = "The capital of France is Paris."
 QUESTION = [{"role": "user", "content": "what's the capital of france"}]
@@ -35,19 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=output_path, help="also write the figures here")
 
 
-def _ms(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return (time.perf_counter() - started) * 1e3
-
-
 def _side_by_side(speak: Callable[[], object], turn: Callable[[], object]) -> tuple[float, float]:
     """A clause synthesised on its own thread while two turns run here, one after the other (about as long as
     the clause): the clause's time and the turns' mean."""
     clause: list[float] = []
-    thread = threading.Thread(target=lambda: clause.append(_ms(speak)))
+    thread = threading.Thread(target=lambda: clause.append(elapsed_ms(speak)))
     thread.start()
-    turns = _ms(turn) + _ms(turn)
+    turns = elapsed_ms(turn) + elapsed_ms(turn)
     thread.join()
     return clause[0], turns / 2
 
@@ -88,14 +83,14 @@ def run(args: argparse.Namespace) -> int:
                 def speak(voice: PiperVoice = voice) -> None:
                     list(voice.synthesize(CLAUSE, quiet))
 
-                got = [_ms(speak), _ms(turn), *_side_by_side(speak, turn)]
+                got = [elapsed_ms(speak), elapsed_ms(turn), *_side_by_side(speak, turn)]
                 time.sleep(0.2)  # whichever threads spin, let them settle before the next way
                 if round_:
                     for key, value in zip(piper[way], got, strict=True):
                         piper[way][key].append(value)
             for way, threads in zip(BLAS, (2, 1), strict=True):
                 with threadpool_limits(threads, user_api="blas"):
-                    got = [_ms(lambda: features(audio)), _ms(turn)]
+                    got = [elapsed_ms(lambda: features(audio)), elapsed_ms(turn)]
                 time.sleep(0.2)
                 if round_:
                     for key, value in zip(blas[way], got, strict=True):

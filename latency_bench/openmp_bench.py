@@ -20,17 +20,16 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
 from dlm.cli_args import at_least_one, output_path
+from latency_bench.gpu_engine import QUESTIONS, timed_turns
 
 ONE_TEAM, CALLER, SHARED_WHISPER, OWN_WHISPER = WAYS = (
     "one team", "model built on the caller", "Whisper on torch's OpenMP", "Whisper on its own OpenMP")
-QUESTIONS = ("what's the capital of france", "set a timer for ten minutes", "how much is 12 times 4")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,30 +67,19 @@ def _asr_pass_ms(asr: Any) -> float:
 
 
 def measure(way: str, turns: int) -> dict[str, object]:
-    """In this process: one warm-up round, then ``turns`` timed rounds of :data:`QUESTIONS` (medium effort), and
-    the process's OS threads after them (Linux)."""
+    """In this process: one warm-up round, then ``turns`` timed rounds of the questions, and the process's OS
+    threads after them (Linux)."""
     engine, asr = _setup(way)
-    turn_ms, first_ms, per_pass, ids = [], [], [], []
     try:
-        for round_ in range(turns + 1):
-            ids = []
-            for question in QUESTIONS:
-                started = time.perf_counter()
-                result = engine.generate([{"role": "user", "content": question}], max_new_tokens=48, effort="medium")
-                elapsed = (time.perf_counter() - started) * 1e3
-                ids.append(result.token_ids)
-                if round_:
-                    turn_ms.append(elapsed)
-                    first_ms.append(result.first_block_ms or elapsed)
-                    per_pass.append(elapsed / max(1, result.forward_passes))
+        timed_turns(engine, 1)
+        ids, figures = timed_turns(engine, turns)
         os_threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
         asr_ms = _asr_pass_ms(asr) if asr is not None else None
     finally:
         engine.close()
         if asr is not None:
             asr.close()
-    return {"turn_ms": statistics.median(turn_ms), "first_block_ms": statistics.median(first_ms),
-            "ms_per_pass": statistics.median(per_pass), "os_threads": os_threads, "asr_pass_ms": asr_ms, "ids": ids}
+    return {**figures, "os_threads": os_threads, "asr_pass_ms": asr_ms, "ids": ids}
 
 
 def _in_fresh_process(way: str, turns: int, threads: int) -> dict[str, object]:
