@@ -149,9 +149,9 @@ class Engine:
         self.device = torch.device(device) if device is not None else model.output_weight().device
         self.kernels = kernel_path(kernels, self.device)
         self.cuda_graphs = graphs_enabled(cuda_graphs, self.device)
-        # released sessions' graphed caches, so later conversations replay graphs captured by earlier ones
         self.layer_steps, self.layer_trials = self.run_on_worker(resolve_layer_steps, layer_steps, self.model,
                                                                  self.kernels, self.cuda_graphs)  # fmt: skip
+        # released sessions' graphed caches, so later conversations replay graphs captured by earlier ones
         self.graph_pool = GraphedStatePool(self.model, self.layer_steps) if self.cuda_graphs else None
         self.stop_ids = frozenset(tokenizer.stop_ids(model.cfg))
         self.trained_block_sizes = tuple(trained_block_sizes)
