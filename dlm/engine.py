@@ -142,8 +142,18 @@ class Engine:
         :mod:`dlm.graphed_forward`. ``layer_steps``: how the graphed passes' layers launch, "auto" (on CUDA
         chosen by a timed and checked trial here, see :mod:`dlm.layer_trial`), "fused" or "thin". ``worker``: the
         thread the model was built on (:meth:`build`), else a new one. On a CPU, build the model with
-        :meth:`build` or :meth:`from_dir` rather than passing one built on the calling thread: see :meth:`build`."""
+        :meth:`build` or :meth:`from_dir` rather than passing one built on the calling thread: see :meth:`build`.
+        The engine owns its worker, given or not: a start that fails shuts it down."""
         self.worker = worker or model_worker()
+        try:
+            self._start(model, tokenizer, device, trained_block_sizes, kernels, cuda_graphs, layer_steps)
+        except BaseException:
+            self.worker.shutdown(wait=True)
+            raise
+
+    def _start(self, model: Transformer, tokenizer: Tokenizer, device: str | torch.device | None,
+               trained_block_sizes: Sequence[int], kernels: str, cuda_graphs: str, layer_steps: str) -> None:
+        """Everything :meth:`__init__` sets up once the worker exists (the layer-steps trial runs on it)."""
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else model.output_weight().device
@@ -182,10 +192,10 @@ class Engine:
         worker = model_worker()
         try:
             model, tokenizer = worker.submit(make).result()
-            return cls(model, tokenizer, worker=worker, **options)
         except BaseException:
-            worker.shutdown(wait=True)  # make has returned or raised: nothing is left to wait for
+            worker.shutdown(wait=True)  # make has raised: nothing is left to wait for
             raise
+        return cls(model, tokenizer, worker=worker, **options)  # which shuts the worker down if it fails
 
     def close(self) -> None:
         self.worker.shutdown(wait=True)

@@ -3,6 +3,7 @@
 import asyncio
 import threading
 import time
+from functools import partial
 
 import pytest
 import torch
@@ -212,6 +213,12 @@ def test_the_model_is_built_on_the_thread_that_runs_it(fixtures_dir):
     with pytest.raises(OSError, match="no weights here"):
         Engine.build(broken, device="cpu")
     assert threading.active_count() <= before
+    # a start that fails on the worker (the layer steps are resolved there) leaves none behind either
+    model, tokenizer = load_checkpoint(path, torch.float32, torch.device("cpu"))
+    for start in (partial(Engine.build, lambda: (model, tokenizer)), partial(Engine, model, tokenizer)):
+        with pytest.raises(ValueError, match="layer_steps must be one of"):
+            start(device="cpu", layer_steps="fastest")
+        assert threading.active_count() <= before
 
 
 def _byte_tokenizer() -> Tokenizer:
