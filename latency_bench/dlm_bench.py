@@ -29,32 +29,14 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from dlm.cli_args import at_least_one, at_least_one_each, output_path
-from dlm.config import ModelConfig
 from dlm.decoding.prefill import prefill_blocks
 from dlm.decoding.schedule import transfer_counts
 from dlm.engine import Engine
 from dlm.kv_cache import KVCache
 from dlm.model import Transformer
 from dlm.tokenizer import Tokenizer
-
-
-@dataclass(frozen=True)
-class Shape:
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-
-
-SHAPES = {
-    "tiny": Shape(64, 2, 4, 2, 16, 128, 512),  # for tests
-    "cpu-small": Shape(512, 8, 8, 4, 64, 1536, 32768),  # the default: affordable on a 2-core CPU
-    "qwen3-0.6b": Shape(1024, 28, 16, 8, 128, 3072, 151936),
-    "sdar-1.7b": Shape(2048, 28, 16, 8, 128, 6144, 151936),
-}
+from latency_bench.gpu_engine import engine_model
+from latency_bench.gpu_shapes import SHAPES, Shape
 
 
 @dataclass
@@ -67,21 +49,14 @@ class Row:
     first_text_ms: float | None = None
 
 
-def random_engine(shape: Shape, block_size: int, ctx: int, dtype: torch.dtype, device: str, seed: int = 0) -> Engine:
-    """An SDAR-layout model with random weights and a stand-in tokenizer (one token per id), built on the
-    engine's worker (see ``Engine.build``: the baselines run there too)."""
-    cfg = ModelConfig(
-        model_type="sdar", vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
-        num_heads=shape.heads, num_kv_heads=shape.kv_heads, head_dim=shape.head_dim,
-        intermediate_size=shape.intermediate, rope_theta=1e6, rms_norm_eps=1e-6, qkv_bias=False, qk_norm=True,
-        tie_word_embeddings=True, mask_token_id=shape.vocab - 1, block_size=block_size, token_shift=False,
-        bidirectional=False, max_position_embeddings=ctx,
-    )
+def random_engine(shape: Shape, block_size: int, ctx: int, dtype: torch.dtype, device: str) -> Engine:
+    """The engine's SDAR model at ``shape``, random weights, with a stand-in tokenizer (one token per id), built on
+    the engine's worker (see ``Engine.build``: the baselines run there too)."""
     backend = HFTokenizer(models.WordLevel({f"t{i}": i for i in range(shape.vocab)}, unk_token="t0"))
 
     def make() -> tuple[Transformer, Tokenizer]:
-        torch.manual_seed(seed)
-        return Transformer(cfg).to(device=device, dtype=dtype), Tokenizer(backend=backend, template=None)
+        model = engine_model(shape, ctx, torch.device(device), dtype, block_size=block_size)
+        return model, Tokenizer(backend=backend, template=None)
     return Engine.build(make, device=device)
 
 

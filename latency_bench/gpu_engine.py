@@ -121,9 +121,9 @@ ENGINE_FAMILIES = ("sdar", "Fast_dLLM_Qwen")
 
 
 def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.dtype,
-                 model_type: str = "sdar") -> Transformer:  # fmt: skip
+                 model_type: str = "sdar", block_size: int = 16) -> Transformer:  # fmt: skip
     """The engine's own model (``dlm.model.Transformer``, of the family ``model_type`` names) at a benchmark
-    shape, random weights."""
+    shape, random weights from a fixed seed."""
     from dlm.config import ModelConfig
     from dlm.model import Transformer
 
@@ -132,7 +132,7 @@ def engine_model(shape: Shape, context: int, device: torch.device, dtype: torch.
         "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
         "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
         "intermediate_size": shape.intermediate, "rope_theta": shape.rope_theta, "tie_word_embeddings": True,
-        "block_size": 16, "mask_token_id": shape.vocab - 1, "max_position_embeddings": context,
+        "block_size": block_size, "mask_token_id": shape.vocab - 1, "max_position_embeddings": context,
     })  # fmt: skip
     cuda = [device] if device.type == "cuda" else []
     # initialised where it runs (a 1.7B model never passes through host memory), from a fixed seed

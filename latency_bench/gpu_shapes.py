@@ -34,7 +34,8 @@ class Shape:
 SHAPES = {
     "qwen3-0.6b": Shape("qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936),
     "sdar-1.7b": Shape("sdar-1.7b", 2048, 28, 16, 8, 128, 6144, 151936),  # Qwen3-1.7B backbone
-    "tiny": Shape("tiny", 64, 2, 2, 1, 16, 128, 512),  # for --dry-run on CPU (few programs: the interpreter is slow)
+    "cpu-small": Shape("cpu-small", 512, 8, 8, 4, 64, 1536, 32768),  # the CPU benchmarks' default (2 cores)
+    "tiny": Shape("tiny", 64, 2, 2, 1, 16, 128, 512),  # for tests and --dry-run on CPU (the interpreter is slow)
 }
 
 
