@@ -42,6 +42,7 @@ class LmStage:
         self._configured_cap = config.max_new_tokens  # a client may lower ``config``'s for its session
         self.session = engine.new_session()
         self.history: list[dict[str, Any]] = []
+        self._forgotten = 0  # messages trimmed from the history's start, so that marks outlive trimming
         self._instructions = ""  # the session's system message (a reply may have its own)
         self.instruct(config.system_prompt)
         self.tools = ToolSession()
@@ -70,7 +71,7 @@ class LmStage:
                                  f"leaves {room} before a reply")
 
     def _set_system_message(self, instructions: str) -> None:
-        if self.history and self.history[0]["role"] == "system":
+        if self._system_messages():
             del self.history[0]
         if instructions:
             self.history.insert(0, {"role": "system", "content": instructions})
@@ -92,7 +93,7 @@ class LmStage:
     def _fit_history(self, max_new_tokens: int) -> None:
         """Leave room in the model's context for a whole reply (``dlm.history.fit_history``)."""
         budget = self.engine.context_room() - max_new_tokens
-        fit_history(self.history, self._prompt_len, budget)
+        self._forgotten += fit_history(self.history, self._prompt_len, budget)
 
     def partial_prompt_ids(self, user_text: str) -> list[int]:
         """Token ids of the history plus the start of a user message holding ``user_text`` (no end marker)."""
@@ -214,9 +215,17 @@ class LmStage:
             usage.add(len(prompt) + 1, len(ids))  # + the opening tag redo_steps adds
         return settle_redone(self.engine, ids, heard, results)
 
-    def rollback(self, length: int) -> None:
-        """Forget the messages after the first ``length`` (a speculative reply that was discarded)."""
-        del self.history[length:]
+    def mark(self) -> int:
+        """Where the conversation stands, for :meth:`rollback`: a count of its messages since it began, the
+        system message aside, so neither trimming old exchanges nor new instructions move it."""
+        return self._forgotten + len(self.history) - self._system_messages()
+
+    def rollback(self, mark: int) -> None:
+        """Forget the messages added since :meth:`mark` gave ``mark`` (a speculative reply that was discarded)."""
+        del self.history[self._system_messages() + max(0, mark - self._forgotten):]
+
+    def _system_messages(self) -> int:
+        return 1 if self.history and self.history[0]["role"] == "system" else 0
 
     def record_reply(self, text: str) -> None:
         """The assistant's final message of this turn: the words the caller heard."""

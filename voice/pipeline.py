@@ -363,10 +363,13 @@ class VoicePipeline:
         self._spawn(self._finish_turn(turn))
 
     def _drop_turn(self) -> None:
-        """Forget the turn being spoken (cleared input, or a new turn replacing it)."""
+        """Forget the turn being spoken (cleared input, or a new turn replacing it), with the final transcript
+        and the reply started on it if it was in its hangover: neither must answer words that were cleared."""
         turn, self._turn = self._turn, None
         if turn is not None:
             turn.transcriber.reset()
+            turn.speculative_final = None
+            self._discard_speculative_reply(turn)
             if turn.partials_task is not None:
                 turn.partials_task.cancel()
 
@@ -433,7 +436,7 @@ class VoicePipeline:
         """Answer; a ``held`` reply keeps its output back until :meth:`_release` (speculative start)."""
         self._unanswered = None
         self._audio_gen += 1
-        reply = Reply(turn_id, trace, self.output_rate, history_mark=len(self._lm.history), held=held,
+        reply = Reply(turn_id, trace, self.output_rate, history_mark=self._lm.mark(), held=held,
                       options=options)
         if not held:
             reply.confirmed.set()

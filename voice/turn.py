@@ -47,7 +47,8 @@ class Reply:
     counters: dict[str, int] = field(default_factory=dict)
     """Its turn's counts of speculative work thrown away (they go into the trace)."""
     history_mark: int = 0
-    """Length of the LM history before this reply: a discarded speculative reply rolls back to it."""
+    """The LM history's :meth:`~voice.lm_stage.LmStage.mark` before this reply: a discarded speculative reply
+    rolls back to it."""
     held: bool = False
     """Started speculatively during the hangover: output is kept back until the turn really ends."""
     held_output: list[Any] = field(default_factory=list)

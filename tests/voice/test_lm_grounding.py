@@ -15,6 +15,8 @@ from voice.config import LmConfig
 from voice.events import TokenUsage
 from voice.lm_stage import LmStage
 
+EXCHANGES = 8  # past questions and answers: more than the demo model's context holds beside the tools
+
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
@@ -148,5 +150,31 @@ def test_instructions_replace_the_system_message(engine: Engine) -> None:
         assert LmConfig().system_prompt not in prompt
         stage.instruct("")
         assert [m["role"] for m in stage.history] == ["user"]
+    finally:
+        stage.close()
+
+
+
+def test_a_discarded_reply_is_rolled_back_even_after_old_exchanges_were_trimmed(engine: Engine) -> None:
+    """The demo model's 320-token context makes a reply forget the oldest exchanges first; a speculative reply
+    thrown away afterwards still takes exactly its own messages with it, whatever the system message did."""
+    stage = LmStage(engine, LmConfig())
+    try:
+        for n in range(EXCHANGES):
+            stage.history += [{"role": "user", "content": f"what is {n} plus {n}"},
+                              {"role": "assistant", "content": f"it's {2 * n}."}]
+        before, mark = list(stage.history), stage.mark()
+
+        async def reply() -> None:
+            async for _ in stage.reply("what is the capital of france"):
+                pass
+
+        asyncio.run(reply())
+        kept = [m for m in before if m in stage.history]
+        assert 1 < len(kept) < len(before), "the reply should have trimmed some old exchanges, not all"
+        assert stage.history[len(kept)] == {"role": "user", "content": "what is the capital of france"}
+        stage.instruct("answer in one word.")  # a new system message moves no mark
+        stage.rollback(mark)
+        assert stage.history == [{"role": "system", "content": "answer in one word."}, *kept[1:]]
     finally:
         stage.close()

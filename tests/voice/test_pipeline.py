@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -231,12 +232,13 @@ async def test_a_held_reply_reads_a_tool_at_once_but_sets_a_timer_only_after_the
         assert trace["speculative_replies_discarded"] <= trace["speculative_finals_discarded"], trace
 
 
-@pytest.mark.parametrize("action", ["cancel", "typed"])
+@pytest.mark.parametrize("action", ["cancel", "typed", "clear"])
 async def test_a_cancel_or_a_typed_response_discards_the_reply_held_in_the_hangover(resources: Resources,
                                                                                     action: str) -> None:
     """A Realtime response.cancel or response.create arriving while the turn's speculative reply was held back
     had failed (the held reply has no end of speech to report) and left the session stuck. Now the held reply is
-    discarded unseen, and the turn is answered when it ends."""
+    discarded unseen, and the turn is answered when it ends. An input_audio_buffer.clear drops the turn, and the
+    held reply with it: it had stayed, never released, its question in the history."""
     pipeline = VoicePipeline(resources, long_hangover(resources))
     events: list[Any] = []
 
@@ -254,8 +256,16 @@ async def test_a_cancel_or_a_typed_response_discards_the_reply_held_in_the_hango
         turn = pipeline._turn  # private: the only way to act at the moment a reply is held
         if not acted and turn is not None and turn.speculative_reply is not None:
             acted = True
-            await (pipeline.cancel_response() if action == "cancel" else pipeline.respond("hello"))
+            actions = {"cancel": pipeline.cancel_response, "typed": partial(pipeline.respond, "hello"),
+                       "clear": pipeline.clear_input}
+            await actions[action]()
     assert acted, "a reply was held during the hangover"
+    if action == "clear":  # four seconds of silence went by after it: a reply held or released would be done
+        await pipeline.close()
+        await collector
+        assert not of_type(events, ResponseDone) and not of_type(events, PipelineError)
+        assert not [m for m in pipeline.history if m["role"] != "system"]
+        return
     async with asyncio.timeout(30):
         while not [e for e in of_type(events, ResponseDone) if e.turn_id == 1]:
             await asyncio.sleep(0.05)
