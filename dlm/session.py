@@ -43,6 +43,19 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def on_grid(ends: Sequence[int], block: int, limit: int) -> list[int]:
+    """The cached block ends a prompt may reuse: those up to ``limit`` that lie on the block grid a fresh
+    prefill of it would build (every multiple of ``block``). A smaller first answer block (``effort=low``) or
+    another block size in an earlier turn ends blocks off that grid; their KV saw other blocks than a fresh
+    prefill's would, so reusing them would decode other ids than a stateless request does."""
+    kept: list[int] = []
+    for end in ends:
+        if end > limit or end != (len(kept) + 1) * block:
+            break
+        kept.append(end)
+    return kept
+
+
 class Session:
     def __init__(self, engine: Engine, capacity: int | None = None) -> None:
         cfg = engine.model.cfg
@@ -92,11 +105,11 @@ class Session:
             return PrefillResult(0, 0, len(ids))
         block = block_size or cfg.block_size
         state = self.state(len(ids) + 1)
-        lcp = common_prefix(state.tokens, ids)
-        keep = max([0, *(e for e in state.ends if e <= lcp)])
+        ends = on_grid(state.ends, block, common_prefix(state.tokens, ids))
+        keep = ends[-1] if ends else 0
         if cfg.token_shift and keep == len(ids) and (keep < state.length or state.last_logits is None):
             # the next token is predicted from the last prompt logit, which a rollback does not keep
-            keep = max([0, *(e for e in state.ends if e < keep)])
+            keep = ends[-2] if len(ends) > 1 else 0
         state.truncate(keep)
         target = max(keep, len(ids) // block * block)
         state.extend(ids[keep:target], block)

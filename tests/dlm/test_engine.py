@@ -114,6 +114,22 @@ def test_prefill_rollback_and_reuse(engine):
     assert before > len(ids) // block * block and session.prefill(follow).reused == before
 
 
+@pytest.mark.parametrize("first_turn", [{"first_block_size": 2}, {"block_size": 16}, {"effort": "low"}])
+def test_a_later_turn_decodes_what_a_fresh_request_does_whatever_blocks_the_turn_before_used(engine, first_turn):
+    """A turn whose answer blocks ended off the next turn's block grid (a smaller first block, another block size)
+    leaves KV that a fresh prefill would not build: the session reuses only the blocks on the grid, so the next
+    turn decodes the ids a stateless request for the same prompt does."""
+    block = engine.model.cfg.block_size
+    ids = engine.prompt_ids(PROMPT)
+    session = engine.new_session()
+    answer = engine.generate(ids, session=session, max_new_tokens=12, threshold=0.5, **first_turn).token_ids
+    follow = ids + answer + ids[:3]
+    assert session.prefill(follow).reused % block == 0
+    for options in ({}, first_turn):
+        fresh = engine.generate(follow, max_new_tokens=10, threshold=0.5, **options).token_ids
+        assert engine.generate(follow, session=session, max_new_tokens=10, threshold=0.5, **options).token_ids == fresh
+
+
 def test_two_sessions_at_once_match_sequential_runs(engine):
     prompts = [PROMPT, [{"role": "user", "content": "Another question"}]]
     want = [engine.generate(p, max_new_tokens=8, threshold=0.5).token_ids for p in prompts]
