@@ -19,8 +19,14 @@ ABBREVIATIONS = frozenset(
 _SENTENCE_END = ".!?…"
 _CLAUSE_END = ",;:"
 _CLOSERS = "\"')]}”’»"
-_MARKDOWN = re.compile(r"[*_`#]+")
-_BULLET = re.compile(r"^\s*[-•]\s+")
+# Markdown that would be read out: a pair of emphasis marks around words ("*so*", "_so_"), doubled marks and
+# code ticks anywhere ("**", "`"), a heading's hashes, a bullet. A lone "*" or "_" ("12 * 4", "*args",
+# "snake_case") and "C#" are text, not markup.
+_EMPHASIS = re.compile(r"(?<!\w)([*_])(?=\S)(.+?)(?<=\S)\1(?!\w)")
+_MARKS = re.compile(r"[*_]{2,}|`+")
+_LINE_MARK = re.compile(r"^\s*(?:[-•]|#{1,6})\s+")
+_TIMES = re.compile(r"(?<=\d)\s*[*×]\s*(?=\d)")  # "12 * 4" is said "12 times 4"
+_LIST_NUMBER = re.compile(r"(?:^|\n)\s*\d+\.$")  # "1." opening a numbered item: not a sentence's end
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class ClauseChunker:
         return self._release(rest)
 
     def _release(self, text: str) -> list[str]:
-        clause = " ".join(_MARKDOWN.sub("", _BULLET.sub("", text)).split())
+        clause = _speakable(text)
         if not any(ch.isalnum() for ch in clause):
             return []
         self._released += 1
@@ -79,7 +85,7 @@ class ClauseChunker:
                 end += 1
             if end >= len(text) or not text[end].isspace():
                 continue  # not known to be a boundary yet ("3." -> "3.5"), or not one ("1,000", "e.g.")
-            if ch in _SENTENCE_END and not (ch == "." and self._is_abbreviation(text[: i + 1])):
+            if ch in _SENTENCE_END and not (ch == "." and self._not_a_sentence_end(text[: i + 1])):
                 return end
             if ch in _CLAUSE_END and len(text[:i].split()) >= min_words:
                 return end
@@ -89,8 +95,10 @@ class ClauseChunker:
         return None
 
     @staticmethod
-    def _is_abbreviation(upto_period: str) -> bool:
-        """Whether the period ending ``upto_period`` belongs to an abbreviation or an initial."""
+    def _not_a_sentence_end(upto_period: str) -> bool:
+        """Whether the period ending ``upto_period`` belongs to an abbreviation, an initial or a list number."""
+        if _LIST_NUMBER.search(upto_period):
+            return True
         word = upto_period.split()[-1] if upto_period.split() else ""
         word = word.lstrip("\"'([{“‘«")
         bare = word[:-1]
@@ -99,3 +107,9 @@ class ClauseChunker:
         if re.fullmatch(r"(?:[A-Za-z]\.)+[A-Za-z]", bare):  # e.g. / i.e. / U.S. / a.m.
             return True
         return len(bare) == 1 and bare.isupper()  # an initial: "J. Smith"
+
+
+def _speakable(text: str) -> str:
+    """``text`` as Piper should read it: markup dropped, "12 * 4" as "12 times 4", single spaces."""
+    text = _EMPHASIS.sub(r"\2", _MARKS.sub("", _LINE_MARK.sub("", text)))
+    return " ".join(_TIMES.sub(" times ", text).split())

@@ -76,6 +76,15 @@ def test_newlines_separate_list_items_and_bullets_are_not_spoken() -> None:
 
 def test_markdown_is_not_spoken_and_empty_pieces_are_dropped() -> None:
     assert chunk_text("**Paris** is the `capital`. ... ") == ["Paris is the capital."]
+    assert chunk_text("## Steps\n1. Boil _some_ water.\n2. Add the pasta.") == [
+        "Steps", "1. Boil some water.", "2. Add the pasta."]
+
+
+def test_symbols_that_are_text_not_markup_are_kept() -> None:
+    assert chunk_text("Well, 12 * 4 is 48, and 3×3 is 9.") == [
+        "Well, 12 times 4 is 48,", "and 3 times 3 is 9."]
+    assert chunk_text("Name it snake_case in C# or *args in Python.") == [
+        "Name it snake_case in C# or *args in Python."]
 
 
 def test_long_runs_without_punctuation_are_cut_at_a_word() -> None:
