@@ -277,7 +277,8 @@ async def speech(request: web.Request) -> web.StreamResponse:
     if fmt not in SPEECH_FORMATS:
         raise bad_request(f"response_format must be one of {', '.join(SPEECH_FORMATS)} here, got {fmt!r}",
                           "response_format")
-    if body.get("speed", 1.0) != 1.0:
+    speed = body.get("speed", 1.0)
+    if isinstance(speed, bool) or speed != 1.0:
         raise bad_request("only speed 1.0 is supported by the bundled Piper voice", "speed")
     if body.get("instructions"):
         raise bad_request("'instructions' are not supported by the bundled Piper voice", "instructions")
@@ -294,13 +295,18 @@ async def speech(request: web.Request) -> web.StreamResponse:
 
 
 async def _speak(request: web.Request, tts: PiperTts, text: str, fmt: str) -> web.StreamResponse:
-    """Stream `text` sentence by sentence as it is rendered, so the first audio leaves after one sentence."""
+    """Stream `text` sentence by sentence as it is rendered, so the first audio leaves after one sentence; text
+    the voice renders as silence ("...", "!?") is refused before any of the response is sent."""
+    sentences = tts.stream(text, SPEECH_RATE)
+    pcm = await asyncio.to_thread(next, (pcm for pcm in sentences if len(pcm)), None)
+    if pcm is None:
+        raise bad_request("'input' has nothing the voice can speak (punctuation alone?)", "input")
     resp = web.StreamResponse(headers={"Content-Type": "audio/wav" if fmt == "wav" else "audio/pcm"})
     await resp.prepare(request)
     if fmt == "wav":
         await resp.write(wav_stream_header(SPEECH_RATE))
-    sentences = tts.stream(text, SPEECH_RATE)
-    while (pcm := await asyncio.to_thread(next, sentences, None)) is not None:
+    while pcm is not None:
         await resp.write(pcm.astype("<i2").tobytes())
+        pcm = await asyncio.to_thread(next, sentences, None)
     await resp.write_eof()
     return resp

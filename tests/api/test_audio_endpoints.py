@@ -114,6 +114,10 @@ def test_bad_audio_is_a_400(audio_client):
      "response_format"),
     (lambda c: c.audio.speech.create(model="tts-1", voice="alloy", input="hi", speed=2.0), "speed"),
     (lambda c: c.audio.speech.create(model="tts-1", voice="alloy", input="   "), "input"),
+    # these had been answered with a WAV of no samples, and as if speed were 1.0
+    (lambda c: c.audio.speech.create(model="tts-1", voice="alloy", input="..."), "nothing the voice can speak"),
+    (lambda c: c.audio.speech.create(model="tts-1", voice="alloy", input="!?"), "nothing the voice can speak"),
+    (lambda c: c.audio.speech.create(model="tts-1", voice="alloy", input="hi", extra_body={"speed": True}), "speed"),
 ])
 def test_unsupported_options_are_400(audio_client, call, fragment):
     with pytest.raises(openai.BadRequestError) as info:
