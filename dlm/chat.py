@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 from dlm.cli_args import add_placement
@@ -147,12 +148,21 @@ def add_arguments(p: argparse.ArgumentParser, default_model: str | None) -> None
     add_placement(p)
 
 
+def _engine(args: argparse.Namespace) -> Engine:
+    """The checkpoint's engine, refused before the first turn if it has no chat template to render turns with."""
+    engine = Engine.from_dir(args.model, args.dtype, args.device)
+    if engine.tokenizer.template is None:
+        engine.close()
+        raise CheckpointError(f"{Path(args.model) / 'tokenizer_config.json'}: no chat_template; the chat needs one")
+    return engine
+
+
 def run(args: argparse.Namespace) -> int:
     if args.model is None:
         print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
         return 2
     try:
-        engine = Engine.from_dir(args.model, args.dtype, args.device)
+        engine = _engine(args)
     except (CheckpointError, OSError, ValueError) as exc:  # ValueError: a GPU that is not there
         print(f"error: {exc}", file=sys.stderr)
         return 2

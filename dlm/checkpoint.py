@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from dlm.config import CheckpointError, ModelConfig
+from dlm.config import CheckpointError, ModelConfig, read_json_object
 from dlm.model import Transformer
 from dlm.tokenizer import Tokenizer
 
@@ -56,22 +56,12 @@ def placement(device: str | torch.device = "auto", dtype: str | torch.dtype = "a
     return where, parse_dtype(dtype)
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file not found") from None
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: invalid JSON ({exc})") from None
-
-
 def load_config(path: str | Path) -> ModelConfig:
     root = Path(path)
     if not root.is_dir():
         raise CheckpointError(f"{root}: not a checkpoint directory")
-    gen_path = root / "generation_config.json"
-    gen = _read_json(gen_path) if gen_path.exists() else None
-    return ModelConfig.from_hf(_read_json(root / "config.json"), gen)
+    gen = read_json_object(root / "generation_config.json", optional=True)
+    return ModelConfig.from_hf(read_json_object(root / "config.json"), gen)
 
 
 def _llada_name(name: str) -> str:
@@ -101,7 +91,7 @@ def _llada_name(name: str) -> str:
 def _weight_files(root: Path) -> list[Path]:
     index = root / "model.safetensors.index.json"
     if index.exists():
-        shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+        shards = sorted(set(read_json_object(index).get("weight_map", {}).values()))
         if not shards:
             raise CheckpointError(f"{index}: empty weight_map")
         return [root / s for s in shards]
@@ -159,8 +149,7 @@ MASK_TOKEN_TEXT = {"sdar": "<|MASK|>", "fast_dllm_qwen": "|<MASK>|", "llada": "<
 
 def _tokenizer_mask_id(root: Path, cfg: ModelConfig, tokenizer: Tokenizer) -> int | None:
     """The mask id the tokenizer names: its tokenizer_config ``mask_token``, else the family's mask text."""
-    conf_file = root / "tokenizer_config.json"
-    declared = _read_json(conf_file).get("mask_token") if conf_file.exists() else None
+    declared = read_json_object(root / "tokenizer_config.json", optional=True).get("mask_token")
     text = declared.get("content") if isinstance(declared, dict) else declared
     for candidate in (text, MASK_TOKEN_TEXT.get(cfg.model_type)):
         if candidate and candidate in tokenizer.special_tokens:
@@ -178,7 +167,7 @@ def load_checkpoint(
     root = Path(path)
     model = load_model(root, dtype, device)
     tokenizer = Tokenizer.from_dir(root)
-    if "mask_token_id" not in _read_json(root / "config.json"):
+    if "mask_token_id" not in read_json_object(root / "config.json"):
         mask_id = _tokenizer_mask_id(root, model.cfg, tokenizer)
         if mask_id is not None:
             model.cfg = dataclasses.replace(model.cfg, mask_token_id=mask_id)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from dlm.cli_args import add_placement, at_least_one, finite_float
+from dlm.cli_args import add_placement, at_least_one, factor, finite_float, threshold
 
 DEMO_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "demo"
 
@@ -32,8 +32,8 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--first-block-size", type=at_least_one, default=None, help="a smaller first block (block schedule)")
     knob = p.add_mutually_exclusive_group()
     knob.add_argument("--passes-per-block", type=at_least_one, default=None)
-    knob.add_argument("--threshold", type=finite_float, default=None, help="commit every position above this confidence")
-    knob.add_argument("--factor", type=finite_float, default=None,
+    knob.add_argument("--threshold", type=threshold, default=None, help="commit every position above this confidence")
+    knob.add_argument("--factor", type=factor, default=None,
                       help="commit by the factor rule: the n most confident while (n+1)(1-confidence) < factor")
     p.add_argument("--max-tokens", type=at_least_one, default=128)
     p.add_argument("--temperature", type=finite_float, default=0.0)

@@ -57,6 +57,30 @@ def finite_float(text: str) -> float:
     return _checked(text, float, math.isfinite, "a finite number")
 
 
+def threshold(text: str) -> float:
+    """A confidence threshold the decoders take."""
+    value = finite_float(text)
+    _pass_rule(value, None)
+    return value
+
+
+def factor(text: str) -> float:
+    """A factor of the factor rule the decoders take."""
+    value = finite_float(text)
+    _pass_rule(None, value)
+    return value
+
+
+def _pass_rule(threshold: float | None, factor: float | None) -> None:
+    """The decoders' own check of a pass rule (`dlm.decoding.confidence.check_pass_rule`), as argparse's error."""
+    from dlm.decoding.confidence import check_pass_rule  # torch: only for the commands that decode
+
+    try:
+        check_pass_rule(threshold, factor)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def at_least_one_each(text: str) -> list[int]:
     """Comma-separated counts, each at least 1 (concurrency levels, prompt lengths): `1,4,16`."""
     return _checked(text, lambda t: [int(part) for part in t.split(",")], lambda values: min(values) >= 1,

@@ -8,12 +8,30 @@ of the engine never looks at a raw config dict.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
 class CheckpointError(ValueError):
     """A checkpoint directory cannot be used: the message names the file and the problem."""
+
+
+def read_json_object(path: Path, optional: bool = False) -> dict[str, Any]:
+    """The object a checkpoint's JSON file holds ({} for a missing ``optional`` file). A file that is missing,
+    is not JSON or holds something else than an object is refused naming it, not left to fail at a ``.get``."""
+    if optional and not path.exists():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: invalid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got a {type(value).__name__}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from dlm.config import ModelConfig
 from dlm.decoding.block_causal import BlockPolicy
-from dlm.decoding.confidence import Sampling
+from dlm.decoding.confidence import Sampling, check_pass_rule
 
 EFFORTS = ("low", "medium", "high")
 DEFAULT_EFFORT = "medium"
@@ -75,8 +75,7 @@ def resolve(
         raise ValueError(f"unknown effort {effort!r}; use one of {', '.join(EFFORTS)}")
     if sum(k is not None for k in (knobs.threshold, knobs.factor, knobs.passes_per_block)) > 1:
         raise ValueError("give one of threshold, factor and passes per block, not several")
-    if knobs.threshold is not None and not 0 <= knobs.threshold <= 1:
-        raise ValueError(f"threshold must be in [0, 1], got {knobs.threshold}")
+    check_pass_rule(knobs.threshold, knobs.factor)
     block = knobs.block_size or cfg.block_size
     if block < 1:
         raise ValueError(f"block size must be >= 1, got {block}")

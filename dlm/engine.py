@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
 import queue
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any, TypeVar
 import torch
 
 from dlm.checkpoint import load_checkpoint, placement
+from dlm.config import read_json_object
 from dlm.constrained import vocab_strings
 from dlm.decoding import Commit, DecodeParams
 from dlm.decoding import block_causal as bc
@@ -99,6 +99,8 @@ class _Run:
         if commit.finished:
             self.finish_reason = "length" if len(self.ids) >= self.max_new_tokens else "stop"
         piece = self.decoder.push(commit.token_ids) if commit.token_ids else ""
+        if commit.finished:  # no more ids: text held back for a character's missing bytes is final as it is
+            piece += self.decoder.flush()
         if piece:
             self.pieces.append(piece)
             if self.first_text_ms is None:
@@ -175,8 +177,7 @@ class Engine:
         """Load a checkpoint directory (see :mod:`dlm.checkpoint`); ``device`` and ``dtype`` as
         :func:`dlm.checkpoint.placement` resolves them (auto: bfloat16 on a GPU when there is one)."""
         device, dtype = placement(device, dtype)
-        gen_file = Path(path) / "generation_config.json"
-        gen = json.loads(gen_file.read_text()) if gen_file.exists() else {}
+        gen = read_json_object(Path(path) / "generation_config.json", optional=True)
         return cls.build(partial(load_checkpoint, path, dtype, device), device=device,
                          trained_block_sizes=gen.get("trained_block_sizes", ()), kernels=kernels,
                          cuda_graphs=cuda_graphs, layer_steps=layer_steps)  # fmt: skip
@@ -302,9 +303,9 @@ class Engine:
     async def stream(self, prompt: Prompt, session: Session | None = None, **opts: Any) -> AsyncIterator[str]:
         """Final text pieces as they are decoded. Cancelling frees the session's cache memory.
 
-        Options: effort, max_new_tokens (or max_tokens), block_size, first_block_size, threshold, factor,
-        passes_per_block, sub_block, in_order (block-causal families), temperature, top_p, top_k, seed, tools,
-        stop_ids (extra stop ids), bias (a :class:`~dlm.decoding.logit_bias.LogitBias`, block-causal families).
+        Options: effort, max_new_tokens (or max_tokens), block_size, threshold, factor, passes_per_block,
+        temperature, top_p, seed, tools, stop_ids (extra stop ids); for the block-causal families only (the others
+        refuse them): first_block_size, sub_block, in_order, top_k, bias (a :class:`~dlm.decoding.logit_bias.LogitBias`).
         """
         owned = session is None  # a session made for this call alone gives its cache back at the end
         session, run, steps = self._prepare(prompt, session, opts)
@@ -383,6 +384,17 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+# Knobs of the block-causal decoder alone: a bidirectional sampler has no first block, sub-blocks, pass order
+# or top-k filter, and refuses them rather than decode as if they had not been given.
+_BLOCK_CAUSAL_KNOBS = ("first_block_size", "sub_block", "in_order", "top_k")
+
+
+def _refuse_block_causal_knobs(knobs: Knobs, model_type: str) -> None:
+    given = [name for name in _BLOCK_CAUSAL_KNOBS if getattr(knobs, name) != getattr(Knobs(), name)]
+    if given:
+        raise ValueError(f"{', '.join(given)}: block-causal decoding only, the {model_type} sampler has no such option")
+
+
 def _bidirectional_steps(
     model: Transformer, ids: list[int], knobs: Knobs, stop_ids: frozenset[int], seed: int | None
 ) -> Iterator[Commit]:
@@ -394,6 +406,7 @@ def _bidirectional_steps(
         from dlm.decoding.dream import stream_generate
     else:
         raise NotImplementedError(f"no bidirectional sampler for model_type {cfg.model_type!r}")
+    _refuse_block_causal_knobs(knobs, cfg.model_type)
     policy = resolve(cfg, knobs, stop_ids)  # the effort's rule and the knobs' checks, as for block decoding
     params = DecodeParams(
         max_new_tokens=knobs.max_new_tokens, block_size=knobs.block_size, threshold=policy.threshold,

@@ -39,7 +39,16 @@ from tqdm import tqdm
 from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import add_placement, at_least_one, checkpoint, finite_float, output_path, refusal
+from dlm.cli_args import (
+    add_placement,
+    at_least_one,
+    checkpoint,
+    factor,
+    finite_float,
+    output_path,
+    refusal,
+    threshold,
+)
 from dlm.config import CheckpointError
 from dlm.constrained import CompiledSchema, JsonSchemaConstraint, check
 from dlm.decoding.block_causal import CachedForward
@@ -379,6 +388,21 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _engine(args: argparse.Namespace) -> Engine:
+    """The checkpoint's engine, refused in one line where it cannot load or its tokenizer lacks the tool-call
+    tags: every figure of this evaluation is about tool calls."""
+    try:
+        engine = Engine.from_dir(args.model, args.dtype, args.device)
+    except (CheckpointError, ValueError) as err:  # its weights or tokenizer (--model checked config.json); a GPU not there
+        raise refusal(str(err)) from None
+    missing = [tag for tag in (TOOL_CALL, TOOL_CALL_END) if tag not in engine.tokenizer.special_tokens]
+    if missing:
+        engine.close()
+        raise refusal(f"{args.model}: its tokenizer has no {' or '.join(missing)} token; the evaluation measures "
+                      "tool calls and needs a checkpoint trained with the tools")
+    return engine
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlm.eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -400,9 +424,9 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"comma-separated efforts to decode at (default: all; headline figures are "
                              f"{DEFAULT_EFFORT}'s, or the first one's)")
     rule = parser.add_mutually_exclusive_group()
-    rule.add_argument("--threshold", type=finite_float, help="decode with this confidence threshold instead of the "
+    rule.add_argument("--threshold", type=threshold, help="decode with this confidence threshold instead of the "
                                                       "efforts' own rules")
-    rule.add_argument("--factor", type=finite_float, help="decode with the factor rule at this factor instead")
+    rule.add_argument("--factor", type=factor, help="decode with the factor rule at this factor instead")
     parser.add_argument("--copy-bias", type=finite_float, default=COPY_FOLLOW,
                         help=f"the replies' copy bias toward the caller's words or the tool's result, a logit "
                              f"(default {COPY_FOLLOW}, as the voice assistant decodes, twice that after a tool's result; "
@@ -420,11 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     rule: dict[str, Any] = {k: v for k, v in (("threshold", args.threshold), ("factor", args.factor)) if v is not None}
     if args.confidence_order:
         rule["in_order"] = False
-    try:
-        engine = Engine.from_dir(args.model, args.dtype, args.device)
-    except (CheckpointError, ValueError) as err:  # its weights or tokenizer (--model checked config.json); a GPU not there
-        raise refusal(str(err)) from None
-    assistant = Assistant(engine, args.block_size, rule, args.copy_bias)
+    assistant = Assistant(_engine(args), args.block_size, rule, args.copy_bias)
     failures: list[dict[str, Any]] | None = [] if args.failures else None
     reports = []
     for sample in samples:

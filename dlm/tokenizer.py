@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 
 from dlm.chat_template import ChatTemplate
-from dlm.config import CheckpointError, ModelConfig
+from dlm.config import CheckpointError, ModelConfig, read_json_object
 
 
 @dataclass
@@ -32,8 +31,7 @@ class Tokenizer:
             backend = HFTokenizer.from_file(str(tok_file))
         except Exception as exc:  # the tokenizers library raises a bare Exception subclass
             raise CheckpointError(f"{tok_file}: cannot be read ({exc})") from None
-        conf_file = root / "tokenizer_config.json"
-        conf: dict[str, Any] = json.loads(conf_file.read_text()) if conf_file.exists() else {}
+        conf = read_json_object(root / "tokenizer_config.json", optional=True)
         special = {
             v["content"]: int(k) for k, v in conf.get("added_tokens_decoder", {}).items() if v.get("special")
         }
@@ -131,7 +129,8 @@ def _token_text(value: Any) -> str | None:
 
 
 class IncrementalDecoder:
-    """Turns a growing list of final token ids into text pieces: never half a character, never twice."""
+    """Turns a growing list of final token ids into text pieces: never half a character, never twice, and,
+    once :meth:`flush` ends them, all of the text a full decode of the ids gives."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -139,10 +138,17 @@ class IncrementalDecoder:
         self.emitted = ""
 
     def push(self, new_ids: list[int]) -> str:
+        """The new text up to the last complete character: a trailing U+FFFD may be a character whose other
+        bytes are still to come, so it waits (for them, or for :meth:`flush`)."""
         self.ids.extend(new_ids)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the rest of its bytes
-            return ""
+        return self._advance(self.tokenizer.decode(self.ids).rstrip("\ufffd"))
+
+    def flush(self) -> str:
+        """The text held back once no more ids will come: an incomplete character decodes as U+FFFD, as in a
+        full decode."""
+        return self._advance(self.tokenizer.decode(self.ids))
+
+    def _advance(self, text: str) -> str:
         piece = text[len(self.emitted):] if text.startswith(self.emitted) else ""
         self.emitted = text
         return piece

@@ -8,12 +8,13 @@ once. This decoder:
   and continues with cheap passes over the block (dual cache) or the block and the rest of the canvas
   (prefix cache);
 - unmasks by **confidence threshold** (every mask at or above it, at least the best one per pass), by the
-  **factor rule** (``confidence.by_factor``) or on the family's **fixed schedule** of ``steps_per_block`` passes;
+  **factor rule** (``confidence.by_factor``) or on the family's **fixed schedule** of ``steps_per_block`` passes
+  (no more than the block has masks);
 - **sizes the canvas adaptively**: it holds the current block plus ``lookahead_blocks`` blocks of masks
   and grows as decoding advances, so a 20-token answer never pays for a 512-token canvas in every
   refresh pass (``lookahead_blocks=None`` gives the references' full canvas);
 - **streams** the contiguous decoded prefix the moment it exists (an unmasked token is never remasked,
-  so it is final) and stops at the first stop token, whose id is not emitted.
+  so it is final), in a commit after every pass, and stops at the first stop token, whose id is not emitted.
 
 Unlike Dream's reference block sampler, a token-shift family's passes start one position before the
 block, so every block position is predicted from its left neighbour as in training, instead of the
@@ -102,8 +103,9 @@ class _Decoder:
         chosen = by_rule(conf, masked, self.params.threshold, self.params.factor, count)
         self.x[start:end][chosen] = tok[chosen]
 
-    def ready(self, block_done: bool) -> Commit | None:
-        """The newly final contiguous prefix (cut before a stop token), or None if nothing changed."""
+    def ready(self, block_done: bool) -> Commit:
+        """The newly final contiguous prefix (cut before a stop token), empty if it did not grow: a commit
+        after every pass is where the scheduler runs other jobs and where a generation may be cancelled."""
         begin = self.streamed
         decoded = (self.x[begin : self.canvas_end] == self.mask_id).cumsum(0) == 0
         new = self.x[begin : begin + int(decoded.sum())].tolist()
@@ -112,14 +114,18 @@ class _Decoder:
         if stop_at is not None:
             new = new[:stop_at]
         self.streamed += len(new)
-        if not new and not block_done and not finished:
-            return None
         return Commit(new, self.passes, block_done or finished, finished)
+
+    def schedule(self, masks: int) -> list[int]:
+        """Tokens to unmask per pass of a block of ``masks`` masks on the fixed schedule, at most one pass per
+        mask: a short last block given a full block's passes would spend most of them unmasking nothing
+        (Dream's linspace puts its zeros first)."""
+        return self.family.schedule(masks, min(self.params.steps_per_block or masks, masks))
 
     def decode_block(self, start: int, end: int, cache: CacheMode) -> Iterator[Commit]:
         shift = int(self.family.token_shift)
         fixed = self.params.threshold is None and self.params.factor is None
-        schedule = self.family.schedule(end - start, self.params.steps_per_block or end - start) if fixed else []
+        schedule = self.schedule(end - start) if fixed else []
         kv = self.grow_canvas(end)
         kv.refresh()
         logits = self.forward(0, self.canvas_end, slice(start - shift, end - shift))
@@ -135,10 +141,9 @@ class _Decoder:
             step += 1
             block_done = not bool((self.x[start:end] == self.mask_id).any())
             commit = self.ready(block_done)
-            if commit is not None:
-                yield commit
-                if commit.finished or block_done:
-                    return
+            yield commit
+            if commit.finished or block_done:
+                return
             logits = self.forward(window_start, window_end, slice(0, end - start))
 
 

@@ -100,9 +100,12 @@ def above_threshold(conf: torch.Tensor, candidates: torch.Tensor, threshold: flo
 
 
 def check_pass_rule(threshold: float | None, factor: float | None) -> None:
-    """A pass is sized by a threshold or by the factor rule, never both; a factor must be positive."""
+    """A pass is sized by a threshold or by the factor rule, never both; a threshold is a probability and a
+    factor must be positive. One rule for the decoders, the efforts and the command lines' arguments."""
     if threshold is not None and factor is not None:
         raise ValueError("give either a confidence threshold or a factor, not both")
+    if threshold is not None and not 0 <= threshold <= 1:
+        raise ValueError(f"threshold must be in [0, 1], got {threshold}")
     if factor is not None and factor <= 0:
         raise ValueError(f"factor must be positive, got {factor}")
 

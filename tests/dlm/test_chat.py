@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +70,18 @@ def test_a_missing_model_is_a_clear_error() -> None:
                           input="hi\n", capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "/nonexistent/model" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_checkpoint_without_a_chat_template_is_refused_before_the_first_turn(fixtures_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    """Had been a CheckpointError traceback, status 1, on the first message."""
+    shutil.copytree(fixtures_dir / "sdar" / "checkpoint", tmp_path / "ckpt")
+    conf = tmp_path / "ckpt" / "tokenizer_config.json"
+    conf.write_text(json.dumps({k: v for k, v in json.loads(conf.read_text()).items() if k != "chat_template"}))
+    done = subprocess.run([sys.executable, "-m", "dlm", "chat", "--model", str(tmp_path / "ckpt")],
+                          input="hello\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == f"error: {conf}: no chat_template; the chat needs one\n"
 
 
 def test_a_long_chat_forgets_its_oldest_exchanges_instead_of_overflowing_the_context(engine: Engine) -> None:

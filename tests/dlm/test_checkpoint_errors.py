@@ -9,6 +9,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from dlm.checkpoint import load_checkpoint
 from dlm.config import CheckpointError
+from dlm.engine import Engine
 
 
 @pytest.fixture
@@ -84,3 +85,14 @@ def test_missing_files(ckpt):
     (ckpt / "config.json").unlink()
     with pytest.raises(CheckpointError, match=r"config\.json: file not found"):
         load_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "tokenizer_config.json"])
+@pytest.mark.parametrize(("content", "problem"), [("[1, 2]", "expected a JSON object, got a list"),
+                                                  ("{bad", "invalid JSON")])
+def test_malformed_json_file_is_named(ckpt, name, content, problem):
+    """Each JSON file the engine reads is refused naming it, whatever reads it first (the engine reads
+    generation_config.json before the checkpoint loads)."""
+    (ckpt / name).write_text(content)
+    with pytest.raises(CheckpointError, match=rf"^{ckpt / name}: {problem}"):
+        Engine.from_dir(ckpt, device="cpu")

@@ -19,6 +19,8 @@ from voice.server import InsecureBindError, add_arguments, check_bind, server_co
     ["--failures", "{tmp}"],  # a directory
     ["--limit", "0"],  # had evaluated nothing, exit 0, and written NaN
     ["--device", "tpu"],
+    ["--threshold", "2"],  # had been a ValueError traceback once the model had loaded
+    ["--factor", "-1"],
 ])
 def test_eval_refuses_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:  # argparse refuses: the model is never loaded
@@ -141,6 +143,34 @@ def test_eval_refuses_a_directory_that_is_no_checkpoint(tmp_path: Path, capsys: 
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1].endswith(f"error: argument --model: {tmp_path}/config.json: file not found")
+
+
+def test_eval_refuses_a_checkpoint_without_the_tool_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every figure is about tool calls; a checkpoint whose tokenizer has no call tags had been a KeyError."""
+    import torch
+
+    from tests.conftest import FIXTURES
+
+    model = FIXTURES / "sdar" / "checkpoint"
+    with pytest.raises(SystemExit) as exit_:
+        eval_main(["--model", str(model), "--threads", str(torch.get_num_threads())])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: {model}: its tokenizer has no <tool_call> or </tool_call> token; the evaluation "
+                    "measures tool calls and needs a checkpoint trained with the tools")
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--threshold", "1.5"], "argument --threshold: threshold must be in [0, 1], got 1.5"),
+    (["--factor", "0"], "argument --factor: factor must be positive, got 0.0"),
+])
+def test_dlm_generate_refuses_a_pass_rule_the_decoders_refuse(capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                               message: str) -> None:
+    from dlm.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--prompt", "hi", *flags])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_eval_refuses_a_checkpoint_without_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -254,3 +254,15 @@ def test_utf8_pieces_never_split_a_character():
     pieces = [run.take(Commit([i], n, False)) for n, i in enumerate(ids, 1)]
     assert pieces[0] == "" and pieces[1] == "é"
     assert "".join(pieces) == "é ok ü" and "\ufffd" not in "".join(pieces)
+
+
+def test_a_reply_ending_in_half_a_character_still_gives_all_its_text():
+    """Only the half character waits for its other bytes: what comes before it is sent at once, and when the
+    generation ends the half goes out as a full decode writes it, so the pieces are always the whole text."""
+    tok = _byte_tokenizer()
+    ids = tok.encode("ok é")[:-1]  # the reply ends on the first byte of é
+    run = _Run(tok, prompt_tokens=1, max_new_tokens=99)
+    assert run.take(Commit(ids[:1], 1, False)) == "o"
+    assert run.take(Commit(ids[1:], 2, True)) == "k "  # had been "": the whole commit held back
+    assert run.take(Commit([], 3, True, finished=True)) == "\ufffd"  # had never been sent
+    assert run.result().text == tok.decode(ids) == "ok \ufffd"
