@@ -16,6 +16,7 @@ from dlm.api.errors import APIError, bad_request
 from dlm.api.generation import GenerationSpec, Outcome
 from dlm.api.limits import read_json
 from dlm.api.prompt import Prompt, build_prompt
+from dlm.api.span_generation import SpanPlan, span_budget
 from dlm.api.span_plan import plan_spans
 from dlm.api.sse import open_stream, send_done, send_event
 from dlm.api.state import STATE, ApiState
@@ -27,7 +28,9 @@ log = logging.getLogger(__name__)
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ApiState = request.app[STATE]
-    req = parse_chat_request(await read_json(request, state.limits.max_body_bytes), state.limits, state.writable)
+    body = await read_json(request, state.limits.max_body_bytes)
+    # off the event loop: checking and compiling a request's schemas can take a while, and streams go on meanwhile
+    req = await asyncio.to_thread(parse_chat_request, body, state.limits, state.writable)
     if req.model != state.model_name:
         raise APIError(404, f"The model {req.model!r} does not exist; this server serves {state.model_name!r}",
                        "model", "model_not_found")
@@ -58,6 +61,7 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
             check_supported(state.engine.model.cfg)
         except UnsupportedModel as exc:
             raise bad_request(str(exc), "response_format" if req.json_schema is not None else "tools") from None
+        _refuse_a_budget_no_answer_fits(req, plan, state.engine.vocab, max_tokens)
     # the copy bias as the voice assistant decodes (none for the bidirectional families)
     bias = state.engine.copy_bias(req.messages, state.copy_bias, asking_words(req.tools))
     return [
@@ -68,9 +72,24 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
     ]
 
 
+def _refuse_a_budget_no_answer_fits(req: ChatRequest, plan: SpanPlan, vocab: list[str], max_tokens: int) -> None:
+    """An answer that starts under a schema (response_format, a forced call) cut off by `max_tokens` is JSON
+    that does not parse: refused instead, naming the fewest tokens that surely hold a whole one."""
+    if plan.start_schema is None:
+        return
+    least = span_budget(plan.start_schema, plan.start_end_ids, vocab)
+    if max_tokens < least:
+        what = "JSON answer" if req.json_schema is not None else "tool call"
+        given = "" if req.max_tokens is not None else " (the most this server and prompt allow)"
+        raise bad_request(f"max_tokens is {max_tokens}{given}, and the shortest {what} this request allows takes "
+                          f"{least} tokens with its end: max_tokens must be at least {least}", "max_tokens")
+
+
 async def _run(state: ApiState, req: ChatRequest, prompt: Prompt, spec: GenerationSpec, emit) -> ChoiceOutcome:
+    """A response_format answer is JSON throughout (or a call), so no stop string applies to it."""
     outcome = Outcome()
-    return await run_choice(state.generate(spec, outcome), outcome, req.stop, req.tool_choice == "auto",
+    stops = () if req.json_schema is not None else req.stop
+    return await run_choice(state.generate(spec, outcome), outcome, stops, req.tool_choice == "auto",
                             prompt.forced_prefix, emit)
 
 

@@ -10,8 +10,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from dlm.api.generation import Outcome
-from dlm.api.stop_strings import StopMatcher
-from dlm.api.tool_calls import ContentDelta, Delta, ToolCallStream
+from dlm.api.stop_strings import FreeTextStops
+from dlm.api.tool_calls import CLOSE, OPEN, ContentDelta, Delta, ToolCallStream
 
 Emit = Callable[[list[Delta]], Awaitable[None]]
 
@@ -29,18 +29,18 @@ async def run_choice(pieces: AsyncIterator[str], outcome: Outcome, stops: tuple[
     `outcome` is the generation's own record, final once `pieces` is closed. The completion's tokens are all
     it generated unless a stop string cut it; then, as OpenAI counts the completion it returns, only those that
     wrote the text before the stop (:meth:`Outcome.tokens_for`): the decoder commits whole blocks, so tokens
-    past the stop were decoded but are never returned.
+    past the stop were decoded but are never returned. A stop string never cuts a tool call (:class:`FreeTextStops`).
     """
-    matcher = StopMatcher(stops)
     parser = ToolCallStream() if parse_tools or forced_prefix else None
+    matcher = FreeTextStops(stops, (OPEN, CLOSE) if parser else ())
 
     def deltas(text: str) -> list[Delta]:
         if parser is None:
             return [ContentDelta(text)] if text else []
         return _merge(parser.feed(text)) if text else []
 
-    if forced_prefix:
-        await emit(deltas(forced_prefix))
+    if forced_prefix:  # the opening tag: the matcher, too, is inside the call
+        await emit(deltas(matcher.feed(forced_prefix)))
     kept = 0  # characters of the generated text let through before any stop string
     async with aclosing(pieces):
         async for piece in pieces:
@@ -51,8 +51,10 @@ async def run_choice(pieces: AsyncIterator[str], outcome: Outcome, stops: tuple[
                 await emit(out)
             if matcher.stopped:
                 break
+    held = matcher.flush()  # may hold a stop yet: text it had held as the start of a tag
+    kept += len(held)
     finish = "stop" if matcher.stopped else outcome.finish_reason
-    tail = deltas(matcher.flush()) + (_merge(parser.finish()) if parser else [])
+    tail = deltas(held) + (_merge(parser.finish()) if parser else [])
     if tail:
         await emit(tail)
     if parser is not None and parser.calls:

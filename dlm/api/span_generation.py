@@ -56,12 +56,18 @@ class SpanRun:
     drafts_redone: int = 0  # spans decoded again under the schema
 
 
+def span_budget(schema: dict[str, Any] | bool, end_ids: frozenset[int], vocab: list[str]) -> int:
+    """The fewest tokens in which the decoder surely writes a whole value of `schema` and the id that ends it:
+    under a smaller budget it may run out inside the value (:meth:`TokenGrammar.allowed_within`)."""
+    span = JsonSchemaConstraint(schema, vocab, end_ids)
+    return 1 + span.grammar.tokens_to_finish(span.state)
+
+
 def _shortest_call(plan: SpanPlan, vocab: list[str]) -> int:
     """Tokens a whole call takes at least (its tags and its shortest JSON): an answer that may be a call or JSON
     offers the call only within a budget that holds one, or a small `max_tokens` would end every answer inside
     a call."""
-    call = JsonSchemaConstraint(plan.span_schema, vocab, [plan.close_id])
-    return 2 + call.grammar.tokens_to_finish(call.state)
+    return 1 + span_budget(plan.span_schema, frozenset({plan.close_id}), vocab)
 
 
 def span_decode(engine: Any, session: Any, prompt: list[int], max_tokens: int, plan: SpanPlan, vocab: list[str],

@@ -1,4 +1,9 @@
-"""`stop` strings cut across streamed pieces: text is held back only while it could still begin a stop."""
+"""`stop` strings cut across streamed pieces: text is held back only while it could still begin a stop.
+
+They cut free text only (:class:`FreeTextStops`): a tool call passes through unmatched, as OpenAI applies no
+stop sequence to a call's arguments; `"stop": ["*"]` had cut `{"expression": "12 * 4"}` to
+`{"expression": "12 `, a call that does not parse.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,50 @@ class StopMatcher:
     def flush(self) -> str:
         out, self.pending = self.pending, ""
         return out
+
+
+class FreeTextStops:
+    """Stop strings over a reply that may hold tool calls: the text from an opening tag through its closing tag
+    (or to the end) passes through unmatched, and a tag ends any stop begun before it."""
+
+    def __init__(self, stops: tuple[str, ...], call_tags: tuple[str, str] | tuple[()] = ()) -> None:
+        self.text = StopMatcher(stops)
+        self.call_tags = call_tags  # (opening, closing) where the reply holds calls
+        self.pending = ""  # what may still begin the next tag
+        self.in_call = False
+
+    @property
+    def stopped(self) -> bool:
+        return self.text.stopped
+
+    def feed(self, piece: str) -> str:
+        """The part of the reply now certain to precede any stop string, calls included."""
+        self.pending += piece
+        out = ""
+        while self.call_tags and not self.stopped:
+            tag = self.call_tags[self.in_call]
+            at = self.pending.find(tag)
+            if at < 0:
+                break
+            before, self.pending = self.pending[:at], self.pending[at + len(tag):]
+            out += self._through(before)
+            if not self.stopped:
+                out += self.text.flush() + tag
+                self.in_call = not self.in_call
+        if self.stopped:
+            return out
+        tag = self.call_tags[self.in_call] if self.call_tags else ""
+        cut = len(self.pending) - partial_prefix_length(self.pending, tag)
+        certain, self.pending = self.pending[:cut], self.pending[cut:]
+        return out + self._through(certain)
+
+    def flush(self) -> str:
+        """What is held back, at the reply's end: a tag's beginning it had held is text after all."""
+        rest, self.pending = self.pending, ""
+        return self._through(rest) + self.text.flush()
+
+    def _through(self, text: str) -> str:
+        return text if self.in_call else self.text.feed(text)
 
 
 def partial_prefix_length(text: str, tag: str) -> int:

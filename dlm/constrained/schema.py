@@ -64,7 +64,9 @@ class SchemaError(ValueError):
 def check_schema(schema: Any) -> None:
     """Raise `SchemaError` unless ``schema`` is a JSON schema at all (by the 2020-12 meta-schema): an enum that
     is not a list or properties that are not an object would otherwise fail deep inside the compiler. For
-    schemas from outside (a request's); it takes about 0.6 ms for a tool's parameters, the compiler 0.2 ms."""
+    schemas from outside (a request's); it takes about 0.6 ms for a tool's parameters, the compiler 0.2 ms.
+    The meta-schema check costs about 0.2 ms a sub-schema, so sub-schemas are counted first (`_count_written`)."""
+    _count_written(schema)
     try:
         Draft202012Validator.check_schema(schema)
     except RecursionError:
@@ -72,6 +74,38 @@ def check_schema(schema: Any) -> None:
     except MetaSchemaError as exc:
         where = "/".join(str(part) for part in exc.path) or "the root"
         raise SchemaError(f"not a valid JSON schema at {where}: {exc.message}") from None
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalItems", "additionalProperties", "unevaluatedItems", "unevaluatedProperties",
+                  "propertyNames", "contains", "not", "if", "then", "else", "contentSchema")
+
+
+def _count_written(schema: Any) -> None:
+    """Refuse a schema written with over `MAX_NODES` sub-schemas, counting no further than that: the meta-schema
+    check walks every one, and 417 KB of nested anyOf (under the body limit) had held the event loop 3.4 s
+    before the compiler's own count refused it. Every place the meta-schema checks a schema is counted, $defs
+    included, so an unreferenced bulk weighs too."""
+    todo, seen = [schema], 0
+    while todo:
+        node = todo.pop()
+        if not isinstance(node, dict):
+            continue
+        seen += 1
+        if seen > MAX_NODES:
+            raise _too_large()
+        for key, value in node.items():
+            if key in _SCHEMA_MAPS and isinstance(value, dict):
+                todo.extend(value.values())
+            elif key in _SCHEMA_LISTS and isinstance(value, list):
+                todo.extend(value)
+            elif key in _SCHEMA_VALUES:
+                todo.append(value)
+
+
+def _too_large() -> SchemaError:
+    return SchemaError(f"the schema is too large: over {MAX_NODES} sub-schemas")
 
 
 @dataclass
@@ -107,7 +141,8 @@ completion of every state it weighs as text."""
 MAX_NODES = 256
 """Compiled nodes a schema may have. The decoder follows every alternative a prefix still fits at once, so a
 schema of thousands (an anyOf of 2000 strings) held the model for 27 s over 8 tokens, for every caller; an anyOf
-of 250 strings of counted length takes 0.2 s a token on the demo vocabulary."""
+of 250 strings of counted length takes 0.2 s a token on the demo vocabulary. Sub-schemas as written are held to
+it too (`check_schema`), before the meta-schema check."""
 
 MAX_MERGES = 2000
 """Schema merges (`CompiledSchema._merge`) a schema may take to compile. A merge of two $refs writes the first
@@ -144,7 +179,7 @@ class CompiledSchema:
 
     def _add_placeholder(self) -> int:
         if len(self.nodes) >= MAX_NODES:
-            raise SchemaError(f"the schema is too large: over {MAX_NODES} sub-schemas")
+            raise _too_large()
         self.nodes.append(Node("any"))
         return len(self.nodes) - 1
 

@@ -6,6 +6,7 @@ What the small demo model *says* is its training's business (dlm.eval scores it)
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import openai
@@ -91,16 +92,54 @@ def test_a_forced_call_whose_parameters_use_defs(demo_client):
     jsonschema.validate(json.loads(call.function.arguments), place)
 
 
-@pytest.mark.parametrize("tool_choice", ["required", "auto"])
-def test_a_call_cut_off_by_max_tokens_is_not_reported_as_made(demo_client, tool_choice):
+def test_a_call_cut_off_by_max_tokens_is_not_reported_as_made(demo_client):
     """A call with no room to close: the finish reason is `length`, and no `<tool_call>` markup reaches the
     content (it had been `tool_calls` with arguments that do not parse, or the raw opening tag as text)."""
     reply = demo_client.chat.completions.create(
-        model="demo", messages=[{"role": "user", "content": "what is 12 times 4"}], tools=tool_specs(),
-        tool_choice=tool_choice, max_tokens=4)
+        model="demo", messages=[{"role": "user", "content": "what is 12 times 4"}], tools=tool_specs(), max_tokens=4)
     choice = reply.choices[0]
     assert choice.finish_reason == "length"
     assert "<tool_call>" not in (choice.message.content or "")
+
+
+WEATHER_JSON = {"type": "json_schema", "json_schema": {"name": "w", "schema": {
+    "type": "object", "properties": {"city": {"type": "string"}, "temp": {"type": "integer"}},
+    "required": ["city", "temp"], "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize(("shape", "small"), [({"tool_choice": "required", "tools": tool_specs()}, 16),
+                                              ({"response_format": WEATHER_JSON}, 5)])
+def test_a_max_tokens_no_answer_fits_is_refused_naming_the_least_that_does(demo_client, shape, small):
+    """A forced call or a response_format answer under a max_tokens below its shortest had been a 200 with
+    the JSON cut off (`{"city`) or a call with empty arguments, finish_reason length."""
+    ask = {"model": "demo", "messages": [{"role": "user", "content": "what is 12 times 4"}], **shape}
+    with pytest.raises(openai.BadRequestError) as info:
+        demo_client.chat.completions.create(max_tokens=small, **ask)
+    assert info.value.param == "max_tokens"
+    least = int(re.search(r"max_tokens must be at least (\d+)", info.value.message).group(1))
+    choice = demo_client.chat.completions.create(max_tokens=least, **ask).choices[0]
+    if choice.message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+        json.loads(choice.message.tool_calls[0].function.arguments)
+    else:
+        assert choice.finish_reason == "stop"
+        json.loads(choice.message.content)
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_a_stop_string_leaves_a_call_whole(demo_client, tool_choice):
+    """The demo writes 12 * 4: `"stop": ["*"]` had cut its arguments to `{"expression": "12 `, finish_reason
+    stop, even with the call forced."""
+    parameters = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
+    tool = {"type": "function", "function": {"name": "calculator", "parameters": parameters}}
+    reply = demo_client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "what is twelve times four"}], tools=[tool],
+        tool_choice=tool_choice, stop=["*"], max_tokens=64)
+    (call,) = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls"
+    arguments = json.loads(call.function.arguments)
+    jsonschema.validate(arguments, parameters)
+    assert "*" in arguments["expression"]
 
 
 def test_enum_values_the_vocabulary_cannot_write(demo_client):

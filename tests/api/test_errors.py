@@ -18,6 +18,14 @@ from tests.api.conftest import LIMITS, MODEL_NAME
 USER = [{"role": "user", "content": "hi"}]
 
 
+def _nested_any_of(depth: int, leaf: dict) -> dict:
+    """The shape of a reviewer's 417 KB schema (depth 8), which held the server's event loop 4 s in the meta-schema
+    check before the sub-schema count refused it; every sub-schema holds the leaf three times more."""
+    for _ in range(depth):
+        leaf = {"anyOf": [{"type": "object", "properties": {"a": leaf, "b": leaf}}, {"type": "array", "items": leaf}]}
+    return leaf
+
+
 def _request(url: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
     """A raw HTTP call (the openai client refuses to send malformed bodies)."""
     req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **(headers or {})})
@@ -110,6 +118,12 @@ def test_unknown_model(client):
             "required": ["a"]}}}]}, "tools[0].function.parameters: no JSON value satisfies"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
             "anyOf": [{"type": "string", "maxLength": i} for i in range(300)]}}}}, "too large"),
+        # sub-schemas are counted before the meta-schema check, which would have named the bad enum deep inside
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": _nested_any_of(
+            6, {"enum": 7})}}}, "response_format.json_schema.schema: the schema is too large: over 256 sub-schemas"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": _nested_any_of(6, {"enum": 7})}}}}]},
+         "tools[0].function.parameters: the schema is too large: over 256 sub-schemas"),
         # found by fuzzing a live server: a MemoryError 500 (minItems 10**9 had the server killed), a TypeError 500
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
             "type": "array", "minItems": 10**9}}}}, "minItems 1000000000 is more than any answer can hold"),

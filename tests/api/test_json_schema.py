@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import openai
 import pytest
 
 from tests.api.conftest import MODEL_NAME, fixture_tokens
@@ -101,18 +102,57 @@ def test_a_lax_oneof_whose_branches_overlap_decodes_as_anyof(client):
     jsonschema.validate(json.loads(resp.choices[0].message.content), {"anyOf": schema["oneOf"]})
 
 
+def _answer(client, stream: bool, **kwargs) -> tuple[str, str, int]:
+    """The reply's content, finish reason and completion tokens, streamed or not."""
+    kwargs = {"model": MODEL_NAME, "messages": MESSAGES, **kwargs}
+    if not stream:
+        resp = client.chat.completions.create(**kwargs)
+        return resp.choices[0].message.content, resp.choices[0].finish_reason, resp.usage.completion_tokens
+    chunks = list(client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+    return content, finish, chunks[-1].usage.completion_tokens
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_stop_string_cuts_constrained_output_and_its_usage(client, stream):
-    """A stop string cuts JSON as it cuts text, and usage counts the tokens before it alone, though the
-    constrained decoder committed the ones after it in the same pass."""
-    resp = client.chat.completions.create(
-        model=MODEL_NAME, messages=MESSAGES, response_format=_schema_format(PERSON), max_tokens=200, seed=1,
-        stop=['"tags"'], stream=stream, **({"stream_options": {"include_usage": True}} if stream else {}))
-    if stream:
-        chunks = list(resp)
-        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        usage = chunks[-1].usage
-    else:
-        content, usage = resp.choices[0].message.content, resp.usage
-    assert content.lstrip().startswith("{") and '"tags"' not in content
-    assert usage.completion_tokens == len(fixture_tokens(content))
+def test_a_stop_string_never_cuts_a_json_answer(client, stream):
+    """A response_format answer is JSON throughout, so no stop string applies to it: `","` had cut PERSON after
+    its first member, invalid JSON with finish_reason stop."""
+    whole = _answer(client, False, response_format=_schema_format(PERSON), max_tokens=200, seed=1)
+    content, finish, used = _answer(client, stream, response_format=_schema_format(PERSON), max_tokens=200, seed=1,
+                                    stop=[",", '"tags"'])
+    assert (content, finish, used) == whole
+    jsonschema.validate(json.loads(content), PERSON)
+    assert used == len(fixture_tokens(content))
+
+
+COUNT = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize(("response_format", "least"), [
+    (_schema_format(COUNT), len('{"n":0}') + 1),  # the fixture's tokens are characters; then the end token
+    ({"type": "json_object"}, len("{}") + 1),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_max_tokens_no_json_answer_fits_is_refused_naming_the_least_that_does(client, response_format, least,
+                                                                                 stream):
+    """It had been a 200 with the JSON cut off (`{"n` at max_tokens 3), finish_reason length."""
+    with pytest.raises(openai.BadRequestError) as info:
+        _answer(client, stream, response_format=response_format, max_tokens=least - 1)
+    assert info.value.param == "max_tokens"
+    assert f"max_tokens must be at least {least}" in info.value.message
+    for seed in range(4):
+        content, finish, _ = _answer(client, stream, response_format=response_format, max_tokens=least, seed=seed,
+                                     temperature=1.3)
+        assert finish == "stop"
+        json.loads(content)
+
+
+def test_a_default_max_tokens_no_json_answer_fits_is_refused_too(client):
+    """Without max_tokens the answer may take the server's max completion tokens (the fixture server's 200)."""
+    long = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "string", "minLength": 250}}}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, response_format=long)
+    assert info.value.param == "max_tokens"
+    assert "max_tokens is 200 (the most this server and prompt allow)" in info.value.message
+    assert f"max_tokens must be at least {250 + 3}" in info.value.message

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
+import openai
+import pytest
 
-from dlm.api.tool_calls import ContentDelta, ToolCallDelta, ToolCallStream
+from dlm.api.stop_strings import FreeTextStops
+from dlm.api.tool_calls import CLOSE, OPEN, ContentDelta, ToolCallDelta, ToolCallStream
 from tests.api.conftest import MODEL_NAME
 
 WEATHER = {
@@ -105,6 +109,59 @@ def test_parser_gives_back_text_that_is_not_a_call():
 def test_parser_accepts_arguments_before_name():
     (delta,) = _parse(['<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>'])
     assert delta.name == "f" and json.loads(delta.arguments) == {"x": 1}
+
+
+def test_stop_strings_cut_the_text_around_calls_but_never_a_call():
+    """OpenAI applies no stop sequence to a call's arguments: `"stop": ["*"]` had cut `12 * 4` to `12 `. A stop
+    that runs into a tag is none either; one after the call cuts as ever."""
+    text = 'ab <tool_call>{"name": "f", "arguments": {"x": "1 * 2"}}</tool_call> then * more'
+    for size in (1, 2, 5, len(text)):
+        matcher = FreeTextStops(("*", "b <tool"), (OPEN, CLOSE))
+        out = "".join(matcher.feed(text[i:i + size]) for i in range(0, len(text), size))
+        assert matcher.stopped and out == text[: text.index("* more")]
+    cut = '<tool_call>{"name": "f", "arguments": {"x": "*'  # a call ended by max_tokens, or a forced one by EOS
+    matcher = FreeTextStops(("*",), (OPEN, CLOSE))
+    assert matcher.feed(cut) + matcher.flush() == cut and not matcher.stopped
+    matcher = FreeTextStops(("<t",), (OPEN, CLOSE))  # held as a tag's beginning, the reply's end makes it text
+    assert matcher.feed("ab <t") + matcher.flush() == "ab " and matcher.stopped
+
+
+def _forced_call(client, stream: bool, **kwargs) -> tuple[str, str, str]:
+    """A forced get_weather call's name and arguments, and the finish reason, streamed or not."""
+    kwargs = {"model": MODEL_NAME, "messages": ASK, "tools": [WEATHER], "tool_choice": "required", **kwargs}
+    if not stream:
+        choice = client.chat.completions.create(**kwargs).choices[0]
+        (call,) = choice.message.tool_calls
+        return call.function.name, call.function.arguments, choice.finish_reason
+    chunks = [c for c in client.chat.completions.create(**kwargs, stream=True) if c.choices]
+    deltas = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    arguments = "".join(d.function.arguments or "" for d in deltas)
+    return deltas[0].function.name, arguments, chunks[-1].choices[0].finish_reason
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_string_never_cuts_a_forced_call(client, stream):
+    """Every get_weather call holds commas and `"unit"`: the call had been cut there, and dropped as no call."""
+    whole = _forced_call(client, False, max_tokens=150)
+    assert _forced_call(client, stream, max_tokens=150, stop=[",", '"unit"']) == whole
+    _, arguments, finish = whole
+    assert finish == "tool_calls"
+    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
+
+
+def test_a_max_tokens_no_forced_call_fits_is_refused_naming_the_least_that_does(client):
+    """It had been a 200 whose call was cut off or empty, finish_reason length. The fixture's tokens are
+    characters, so the least is the shortest call's characters and the end token."""
+    shortest = '{"arguments":{"city":"","unit":"celsius"},"name":"get_weather"}'
+    for max_tokens in (4, len(shortest)):
+        with pytest.raises(openai.BadRequestError) as info:
+            _forced_call(client, False, max_tokens=max_tokens)
+        assert info.value.param == "max_tokens"
+        assert re.search(r"max_tokens must be at least (\d+)", info.value.message).group(1) == str(len(shortest) + 1)
+    for seed in range(3):
+        _, arguments, finish = _forced_call(client, False, max_tokens=len(shortest) + 1, seed=seed, temperature=1.3)
+        assert finish == "tool_calls"
+        jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
 
 
 def _calls(resp) -> list:
