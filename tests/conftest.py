@@ -1,12 +1,16 @@
-"""Shared paths for the test suite."""
+"""Shared paths and helpers for the test suite."""
 
+import asyncio
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 # Triton fixes compiled-vs-interpreter mode when it is first imported: set it before any test module loads it.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import numpy as np
 import pytest
 
 from dlm.cli import DEMO_CHECKPOINT
@@ -51,3 +55,16 @@ def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"reference fixtures not found at {FIXTURES} (../shared must sit beside the checkout)")
     return FIXTURES
+
+
+def noise_burst(rate: int, seconds: float = 0.8) -> np.ndarray:
+    """Loud noise: speech to the VAD, no words to Whisper (a cough over the assistant)."""
+    return np.random.default_rng(1).normal(0, 6000, int(seconds * rate)).astype(np.int16)
+
+
+async def push_live(pipeline: Any, pcm: np.ndarray, rate: int) -> None:
+    """``pcm`` into ``pipeline`` in 20 ms frames, at the pace a caller speaks it."""
+    step, start = rate // 50, time.monotonic()
+    for at in range(0, len(pcm), step):
+        await pipeline.push_audio(pcm[at:at + step], rate, timestamp=start + at / rate)
+        await asyncio.sleep(max(0.0, start + (at + step) / rate - time.monotonic()))

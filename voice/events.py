@@ -62,7 +62,10 @@ class ToolCallEvent:
 
 @dataclass(frozen=True)
 class AudioOut:
-    """Assistant audio for the caller: int16 mono at the pipeline's output rate."""
+    """Assistant audio for the caller: int16 mono at the pipeline's output rate.
+
+    It may follow its turn's ResponseDone: a finished reply still playing out when a noise barge-in paused it
+    speaks its cut clauses again when it resumes."""
 
     turn_id: int
     pcm: np.ndarray

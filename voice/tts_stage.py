@@ -32,6 +32,9 @@ class SpokenLog:
 
     segments: list[_Segment] = field(default_factory=list)
     next_offset: int = 0
+    in_flight: str | None = None
+    """The clause being synthesised: off the clause queue but not yet in the audio, so a barge-in that cancels
+    its synthesis must not lose it."""
 
     @property
     def total(self) -> int:
@@ -54,13 +57,17 @@ class SpokenLog:
         return " ".join(words)
 
     def rewind(self, played: int) -> list[str]:
-        """Forget the clauses not fully played (they will be spoken again); return their texts in order.
+        """Forget the clauses not fully played and the one in flight (they will be spoken again); return their
+        texts in order.
 
         Samples past ``played`` were flushed and never reached the caller; the ones of a clause cut
         half-way did, so the next audio starts counting after them.
         """
         kept = [s for s in self.segments if s.start + s.samples <= played]
         dropped = [s.text for s in self.segments[len(kept) :]]
+        if self.in_flight is not None:
+            dropped.append(self.in_flight)
+            self.in_flight = None
         self.segments, self.next_offset = kept, max(played, kept[-1].start + kept[-1].samples if kept else 0)
         return dropped
 
@@ -78,11 +85,14 @@ async def speak_clauses(
 ) -> None:
     """Synthesise each clause as it arrives and hand its audio to ``sink`` until :data:`END_OF_REPLY`.
 
-    Cancelling the task stops it between clauses or abandons the clause being synthesised.
+    Cancelling the task stops it between clauses or abandons the clause being synthesised, which stays
+    :attr:`SpokenLog.in_flight` for :meth:`SpokenLog.rewind`.
     """
     first = True
     while (clause := await clauses.get()) is not END_OF_REPLY:
+        log.in_flight = clause
         pcm = await tts.synthesize_async(clause, out_rate)
+        log.in_flight = None
         if len(pcm) == 0:
             continue
         if first:

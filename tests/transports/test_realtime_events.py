@@ -93,6 +93,19 @@ def test_a_response_is_active_from_its_request_to_its_done() -> None:
     assert enc.responding
 
 
+def test_audio_of_a_finished_reply_resumed_after_a_noise_reopens_no_response() -> None:
+    """A finished reply still playing out, paused by a cough and resumed, sends audio after its response.done: it
+    had sent a second response.created and no response.done, and the session refused every later response.create."""
+    tone = (5000 * np.sin(np.arange(2400) / 3)).astype(np.int16)
+    for audio_in_events in (False, True):
+        enc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=audio_in_events, t0=0.0)
+        out = [e["type"] for ev in (ReplyTextDelta(2, "Hi."), AudioOut(2, tone, 24000), ResponseDone(2, "Hi.", False),
+                                    AudioCleared(2), AudioOut(2, tone, 24000)) for e in enc.encode(ev)]
+        assert out.count("response.created") == out.count("response.done") == 1, out
+        assert "response.output_audio.delta" not in out[out.index("response.done"):], out
+        assert not enc.responding
+
+
 def test_a_setting_given_in_both_its_ga_and_beta_spellings_must_agree() -> None:
     """The nested GA spelling had silently won over a top-level beta one (never even checked), or the other way
     round for audio formats."""

@@ -10,8 +10,9 @@ import time
 import aiohttp
 import numpy as np
 import pytest
-from live_server import drained, url
+from live_server import drained, registry, url
 
+from tests.conftest import noise_burst
 from voice.audio import mulaw_decode, mulaw_encode, resample
 from voice.transports.phone import CallAudio, CallMark, CallStarted, CallStopped, PhoneProtocolError
 from voice.transports.twilio import TwilioSerializer
@@ -21,10 +22,12 @@ FRAME = 160  # 20 ms at 8 kHz
 
 
 class TwilioSide:
-    """What Twilio does: send caller audio every 20 ms, play what it gets, echo marks once played."""
+    """What Twilio does: send caller audio every 20 ms, play what it gets, echo marks once played (or, without
+    ``echo_marks``, only when the test calls :meth:`echo`)."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, echo_marks: bool = True) -> None:
         self.ws = ws
+        self.echo_marks = echo_marks
         self.heard: list[np.ndarray] = []
         self.marks: list[str] = []
         self.clears = 0
@@ -66,11 +69,16 @@ class TwilioSide:
                 self._play_until = now  # Twilio drops its buffer and returns the marks still pending
                 self._due = [(now, name) for _, name in self._due]
 
+    async def echo(self, name: str) -> None:
+        await self.ws.send_json({"event": "mark", "streamSid": SID, "mark": {"name": name}})
+
     async def _echo_due_marks(self) -> None:
+        if not self.echo_marks:
+            return
         now = time.monotonic()
         for due, name in [d for d in self._due if d[0] <= now]:
             self._due.remove((due, name))
-            await self.ws.send_json({"event": "mark", "streamSid": SID, "mark": {"name": name}})
+            await self.echo(name)
 
 
 async def test_phone_call_hears_speech_gets_marks_and_a_barge_in_clears(serve, new_pipeline, question) -> None:
@@ -96,6 +104,54 @@ async def test_phone_call_hears_speech_gets_marks_and_a_barge_in_clears(serve, n
     assert len(heard) > 800 and np.abs(heard).max() > 1000  # mu-law speech, not silence
     assert phone.marks and all(m.split(":")[0].isdigit() and m.split(":")[1].isdigit() for m in phone.marks)
     assert phone.clears >= 1
+    assert await drained(server)
+
+
+async def test_after_a_false_barge_in_marks_count_only_what_was_heard(serve, new_pipeline, resources) -> None:
+    """A clear flushes audio Twilio never plays, but the count of audio sent had kept it, and a mark the clear
+    flushed counted once its echo came after the reply resumed: the marks said more was heard than was, so the
+    pipeline took the reply as all heard, missed the caller's next barge-in and kept unheard words in its history.
+    This Twilio echoes a mark only when the test says, so the reply is still playing whatever the machine's pace."""
+    server = await serve(new_pipeline)
+    silence = np.zeros(800, dtype=np.int16)
+    noise = noise_burst(8000)
+
+    def samples(mark: str) -> int:
+        return int(mark.split(":")[1])
+
+    def first_reply() -> list[str]:
+        return next(m for m in conversation.history if m["role"] == "assistant")["content"].split()
+
+    async with aiohttp.ClientSession() as http, http.ws_connect(url(server, "/phone/twilio", "ws")) as ws:
+        phone = TwilioSide(ws, echo_marks=False)
+        listener = asyncio.create_task(phone.listen())
+        await phone.start()
+        question = resources.tts.synthesize("How are you doing today?", 8000)
+        # a second's lead: after only a tenth of one, tiny.en's final transcript repeated the question over and over
+        await phone.say(np.concatenate([np.tile(silence, 10), question]))
+        async with asyncio.timeout(60):
+            while len(phone.marks) < 2:  # the demo model answers in two clauses
+                await phone.say(silence)
+        first, whole = phone.marks
+        await phone.echo(first)  # the first clause played, the second is still to be heard
+        await phone.say(noise)
+        async with asyncio.timeout(60):
+            while len(phone.marks) < 3:  # the clear, then the cut clause again
+                await phone.say(silence)
+        assert phone.clears == 1
+        assert samples(phone.marks[2]) == samples(whole), "the resumed audio counts on from what was heard"
+
+        conversation = registry(server).sessions()[0].conversation
+        said = first_reply()
+        await phone.echo(whole)  # late, the echo of the mark the clear flushed
+        await phone.say(resources.tts.synthesize("Wait, stop please.", 8000))  # over the resumed clause
+        async with asyncio.timeout(60):
+            while len([m for m in conversation.history if m["role"] == "user"]) < 2:  # the words are answered
+                await phone.say(silence)
+        assert phone.clears == 2, "the caller's words were a barge-in"
+        kept = first_reply()
+        assert kept == said[: len(kept)] and len(kept) < len(said), (kept, said)
+        listener.cancel()
     assert await drained(server)
 
 

@@ -15,7 +15,10 @@ from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 from live_server import drained, registry, url
 
+from tests.conftest import noise_burst, push_live
 from voice.transports.playout import Playout
+from voice.transports.realtime_session import RealtimeSession
+from voice.transports.sessions import SessionRegistry
 from voice.transports.webrtc import (
     FRAME_SAMPLES,
     WEBRTC_RATE,
@@ -227,6 +230,48 @@ async def test_paced_track_stamps_samples_sends_silence_and_clears() -> None:
     track.clear()  # barge-in
     assert int(np.abs((await track.recv()).to_ndarray()).max()) == 0
     track.stop()
+
+
+async def test_a_finished_reply_resumed_after_a_noise_leaves_no_response_open(new_pipeline) -> None:
+    """A finished reply is still audible while the track plays it out; a cough paused it, and its audio resumed
+    after its response.done had sent a second response.created and no response.done: every later response.create
+    was refused as conversation_already_has_active_response. The track is read by hand, so the reply is still
+    playing when the noise comes on any machine."""
+    session = await SessionRegistry(new_pipeline, 1).open("webrtc")
+    pipeline = session.conversation
+    track = PacedAudioTrack(on_played=pipeline.played)
+    sent: list[dict[str, Any]] = []
+
+    async def send(event: dict[str, Any]) -> None:
+        sent.append(event)
+
+    def types() -> list[str]:
+        return [e["type"] for e in sent]
+
+    async def until(done) -> None:
+        async with asyncio.timeout(60):
+            while not done():
+                await asyncio.sleep(0.02)
+
+    realtime = RealtimeSession(session, send, sink=track)
+    await realtime.start()
+    await realtime.handle(json.dumps({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "How are you doing today?"}]}}))
+    await realtime.handle(json.dumps({"type": "response.create"}))
+    await until(lambda: "response.done" in types())
+    track.playout.read(FRAME_SAMPLES)  # 20 ms played: the rest of the finished reply is still to be heard
+    rate = 16000
+    await push_live(pipeline, np.concatenate([noise_burst(rate), np.zeros(rate, dtype=np.int16)]), rate)
+    await until(lambda: "output_audio_buffer.cleared" in types() and len(track.playout) > 0)  # resumed
+
+    assert types().count("response.created") == types().count("response.done") == 1, types()
+    assert not realtime.encoder.responding
+    await realtime.handle(json.dumps({"type": "response.create"}))
+    await until(lambda: types().count("response.created") == 2)
+    assert "error" not in types(), sent
+    await realtime.stop()
+    track.stop()
+    await session.close()
 
 
 def test_playout_reports_each_turn_cumulatively() -> None:

@@ -16,7 +16,13 @@ import pytest
 import torch
 
 from dlm.engine import Engine
-from tests.conftest import ANSWER_GATE_REASON, NOISE_FREE_VOICE, demo_answers_correctly
+from tests.conftest import (
+    ANSWER_GATE_REASON,
+    NOISE_FREE_VOICE,
+    demo_answers_correctly,
+    noise_burst,
+    push_live,
+)
 from voice.asr import WhisperAsr
 from voice.config import PipelineConfig, load_config
 from voice.events import (
@@ -162,7 +168,7 @@ async def test_without_echo_cancellation_speech_during_playback_can_be_ignored(r
 
 
 async def test_a_noise_over_the_reply_pauses_it_and_the_reply_resumes(resources: Resources) -> None:
-    noise = np.random.default_rng(1).normal(0, 6000, int(0.8 * CALLER_RATE)).astype(np.int16)  # VAD: speech
+    noise = noise_burst(CALLER_RATE)
     result, pipeline = await converse(resources, [say(resources, "Tell me a long story about the sea."), noise],
                                       barge_in_at=0.6)
 
@@ -175,6 +181,47 @@ async def test_a_noise_over_the_reply_pauses_it_and_the_reply_resumes(resources:
     assert audible_after(result, result.speech_spans[1][1])
     full = "".join(e.text for e in of_type(result, ReplyTextDelta))
     assert pipeline.history[-1] == {"role": "assistant", "content": " ".join(full.split())}
+
+
+async def test_a_clause_cut_inside_piper_is_spoken_when_the_reply_resumes(resources: Resources, monkeypatch) -> None:
+    """A noise barge-in while Piper synthesised a clause had lost it: off the clause queue and not yet in the spoken
+    log, the resumed reply skipped it, though the history says it was said. Piper is held on the second clause so
+    the barge-in lands there on any machine."""
+    synthesize, asked = resources.tts.synthesize_async, []
+    second_in_piper = asyncio.Event()
+
+    async def hold_the_second_clause(text: str, rate: int | None = None) -> np.ndarray:
+        asked.append(text)
+        if len(asked) == 2:
+            second_in_piper.set()
+            await asyncio.Event().wait()  # until the barge-in cancels it
+        return await synthesize(text, rate)
+
+    monkeypatch.setattr(resources.tts, "synthesize_async", hold_the_second_clause)
+    pipeline = VoicePipeline(resources)
+    events: list[Any] = []
+
+    async def collect() -> None:
+        async for event in pipeline.events():
+            events.append(event)
+
+    collector = asyncio.create_task(collect())
+    await pipeline.respond("How are you doing today?")  # the demo model answers in two clauses
+    async with asyncio.timeout(60):
+        await second_in_piper.wait()
+    await push_live(pipeline, np.concatenate([noise_burst(CALLER_RATE), np.zeros(CALLER_RATE, dtype=np.int16)]),
+                    CALLER_RATE)
+    async with asyncio.timeout(60):
+        while not of_type(events, ResponseDone):
+            await asyncio.sleep(0.05)
+    await pipeline.close()
+    await collector
+
+    assert of_type(events, AudioCleared) and not of_type(events, TranscriptCompleted), "a barge-in, then no turn"
+    [done] = of_type(events, ResponseDone)
+    assert not done.cancelled
+    assert asked[1] in asked[2:], "the clause Piper was cut in is spoken after the resume"
+    assert pipeline.history[-1] == {"role": "assistant", "content": done.text}
 
 
 async def test_speech_resuming_in_the_hangover_discards_the_speculative_final(resources: Resources) -> None:

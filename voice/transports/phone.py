@@ -3,8 +3,9 @@
 A :class:`PhoneSerializer` turns one provider's JSON messages into the small event types below and
 back; this module is the transport: it feeds caller audio to the conversation, sends the assistant's
 audio as the provider's media messages followed by a *mark*, and learns from each mark echoed back how
-much of a reply the caller really heard. On barge-in it sends the provider's *clear*. A Telnyx or
-Vonage bridge is one more serializer.
+much of a reply the caller really heard. On barge-in it sends the provider's *clear*; the provider flushes
+the audio and echoes the marks still pending, which were never heard. A Telnyx or Vonage bridge is one more
+serializer.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from voice.events import AudioCleared, AudioOut, ResponseDone
 from voice.transports.sessions import SESSIONS, Session, SessionLimitError
 
 log = logging.getLogger(__name__)
-_OUR_NUMBER = re.compile(r"[0-9]{1,12}")  # the turn and sample counts our marks carry
+_OUR_MARK = re.compile(r"([0-9]{1,12}):([0-9]{1,12}):([0-9]{1,12})")  # turn, samples heard, clears before it
 
 MAX_MESSAGE_BYTES = 256 << 10  # a 20 ms media frame is ~250 bytes; anything near this is not a phone
 MEDIA_CHUNK_S = 0.5  # assistant speech goes out in pieces this long (a clause can be many seconds)
@@ -88,8 +89,9 @@ class PhoneCall:
         self.ws = ws
         self.started = False
         self._resampler: Resampler | None = None
-        self._sent: dict[int, int] = {}  # pipeline-rate samples sent per turn
-        self._cleared: set[int] = set()
+        self._sent: dict[int, int] = {}  # pipeline-rate samples sent per turn (flushed ones not counted)
+        self._heard: dict[int, int] = {}  # the count of each turn's last mark echoed
+        self._clears = 0
 
     async def on_message(self, message: str) -> bool:
         """Act on one provider message; False when the call is over."""
@@ -108,12 +110,13 @@ class PhoneCall:
         return True
 
     def _on_mark(self, name: str) -> None:
-        turn_text, _, samples_text = name.partition(":")
-        if not (_OUR_NUMBER.fullmatch(turn_text) and _OUR_NUMBER.fullmatch(samples_text)):
-            return  # not one of ours ("²" is a digit to isdigit, not to int)
-        turn = int(turn_text)
-        if turn not in self._cleared:  # marks echoed after a clear were never heard
-            self.session.conversation.played(turn, int(samples_text))
+        """A mark sent after the last clear was played; one sent before it was flushed, however late its echo."""
+        match = _OUR_MARK.fullmatch(name)  # not one of ours: "²" is a digit to isdigit, not to int
+        if match is None or int(match[3]) != self._clears:
+            return
+        turn, samples = int(match[1]), int(match[2])
+        self._heard[turn] = samples
+        self.session.conversation.played(turn, samples)
 
     async def forward_events(self) -> None:
         """Pipeline events out as media, mark and clear messages."""
@@ -121,7 +124,8 @@ class PhoneCall:
             if isinstance(ev, AudioOut) and self.started:
                 await self._send_audio(ev)
             elif isinstance(ev, AudioCleared):
-                self._cleared.add(ev.turn_id)
+                self._clears += 1
+                self._sent[ev.turn_id] = self._heard.get(ev.turn_id, 0)  # resumed audio follows what was heard
                 self._resampler = None
                 if self.started:
                     await self.ws.send_str(self.serializer.clear())
@@ -129,7 +133,6 @@ class PhoneCall:
                 self._resampler = None
 
     async def _send_audio(self, ev: AudioOut) -> None:
-        self._cleared.discard(ev.turn_id)  # a reply resumed after a false barge-in
         if self._resampler is None or self._resampler.in_rate != ev.sample_rate:
             self._resampler = Resampler(ev.sample_rate, self.serializer.sample_rate)
         pcm = self._resampler.process(ev.pcm)
@@ -138,7 +141,7 @@ class PhoneCall:
         step = int(MEDIA_CHUNK_S * self.serializer.sample_rate)
         for start in range(0, len(pcm), step):
             await self.ws.send_str(self.serializer.audio(pcm[start:start + step]))
-        await self.ws.send_str(self.serializer.mark(f"{ev.turn_id}:{sent}"))
+        await self.ws.send_str(self.serializer.mark(f"{ev.turn_id}:{sent}:{self._clears}"))
 
 
 def handler(new_serializer: Callable[[], PhoneSerializer]) -> Callable[[web.Request], Any]:

@@ -523,7 +523,9 @@ class RealtimeEncoder:
                 "conversation_id": self.config.id, "output_modalities": ["audio"], "usage": _usage(usage)}
 
     def _open(self, turn_id: int) -> list[dict[str, Any]]:
-        if turn_id in self._open_responses:
+        """response.created, once per response: a finished reply that a noise barge-in paused while it still
+        played out (WebRTC) resumes after its response.done, and its audio reopens nothing."""
+        if turn_id in self._responded:
             return []
         self._open_responses.add(turn_id)
         self._response_asked = False
@@ -531,7 +533,7 @@ class RealtimeEncoder:
         return [self.event("response.created", response=self._response(turn_id, "in_progress"))]
 
     def _audio_delta(self, ev: AudioOut) -> list[dict[str, Any]]:
-        if not self.audio_in_events:
+        if not self.audio_in_events or ev.turn_id not in self._open_responses:
             return []
         fmt = self.config.output_format
         if self._resampler is None or self._resampler.out_rate != fmt.rate:
