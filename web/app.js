@@ -26,6 +26,7 @@ window.voice = voice;
 let pc = null, channel = null, micStream = null, callUrl = null, recorder = null, recorded = [];
 let audioCtx = null, timers = [];
 let userTurn = null, assistantTurn = null;
+let callId = 0;  // bumped by each connect and hang-up: a connect hung up on stops at its next step
 
 function setState(state, detail) {
   voice.state = state;
@@ -46,7 +47,7 @@ function authHeaders() {
 function addTurn(role) {
   const el = document.createElement("div");
   el.className = `turn ${role}`;
-  el.innerHTML = `<span class="who">${role === "user" ? "you" : "assistant"}</span>` +
+  el.innerHTML = `<span class="who">${role === "user" ? "you" : role}</span>` +
                  `<span class="text"></span><span class="tentative"></span>`;
   $("turns").append(el);
   el.scrollIntoView({ block: "end" });
@@ -82,10 +83,16 @@ function onEvent(ev) {
     case "response.created":
       assistantTurn = addTurn("assistant");
       break;
-    case "response.output_audio_transcript.delta":
+    case "response.output_audio_transcript.delta":  // pieces carry their own spaces: "twel", "ve times"
       assistantTurn = assistantTurn || addTurn("assistant");
-      assistantTurn.text += (assistantTurn.text && !/^\s/.test(ev.delta) ? " " : "") + ev.delta;
+      assistantTurn.text += ev.delta || "";
       render(assistantTurn);
+      break;
+    case "response.output_audio_transcript.done":  // what was said: less than the deltas after a barge-in
+      if (assistantTurn) {
+        assistantTurn.text = ev.transcript;
+        render(assistantTurn);
+      }
       break;
     case "output_audio_buffer.cleared":
       if (assistantTurn) assistantTurn.el.classList.add("interrupted");
@@ -216,12 +223,18 @@ function iceGathered(peer, timeoutMs) {
   });
 }
 
-async function connect() {
+async function connect(id) {
   setState("connecting");
+  recorded = [];
   const raw = params.get("raw") === "1";
-  micStream = await navigator.mediaDevices.getUserMedia({
+  const stream = await navigator.mediaDevices.getUserMedia({
     audio: { echoCancellation: !raw, noiseSuppression: !raw, autoGainControl: !raw, channelCount: 1 },
   });
+  if (id !== callId) {  // hung up while the browser asked for the microphone
+    stream.getTracks().forEach((t) => t.stop());
+    return;
+  }
+  micStream = stream;
   audioCtx = new AudioContext();
   let micLoud = false;
   meter(micStream, (rms) => {
@@ -231,31 +244,39 @@ async function connect() {
     micLoud = rms > 0.02 || (micLoud && rms >= 0.005);
   });
 
-  pc = new RTCPeerConnection({ iceServers: [] });
-  pc.addTrack(micStream.getAudioTracks()[0], micStream);
-  pc.ontrack = (e) => { tuneReceiver(e.receiver); watchRemote(e.streams[0] || new MediaStream([e.track])); };
-  pc.onconnectionstatechange = () => {
-    if (pc.connectionState === "connected") setState("connected");
-    if (pc.connectionState === "failed") hangUp("connection failed");
+  const peer = pc = new RTCPeerConnection({ iceServers: [] });
+  peer.addTrack(micStream.getAudioTracks()[0], micStream);
+  peer.ontrack = (e) => { tuneReceiver(e.receiver); watchRemote(e.streams[0] || new MediaStream([e.track])); };
+  peer.onconnectionstatechange = () => {
+    if (id !== callId) return;
+    if (peer.connectionState === "connected") setState("connected");
+    if (peer.connectionState === "failed") hangUp("connection failed");
   };
-  channel = pc.createDataChannel("oai-events");
+  channel = peer.createDataChannel("oai-events");
   channel.onmessage = (m) => onEvent(JSON.parse(m.data));
+  channel.onclose = () => id === callId && hangUp("the call ended");  // the server hung up or went away
 
-  await pc.setLocalDescription(await pc.createOffer());
-  await iceGathered(pc, 3000);
+  await peer.setLocalDescription(await peer.createOffer());
+  await iceGathered(peer, 3000);
+  if (id !== callId) return;
   const res = await fetch("/v1/realtime/calls", {
-    method: "POST", body: pc.localDescription.sdp,
+    method: "POST", body: peer.localDescription.sdp,
     headers: { "Content-Type": "application/sdp", ...authHeaders() },
   });
+  if (id !== callId) {  // hung up while the server set the call up: end it there too
+    if (res.ok) fetch(`${res.headers.get("Location")}/hangup`, { method: "POST", headers: authHeaders() }).catch(() => {});
+    return;
+  }
   if (!res.ok) {
     const body = await res.json().catch(() => ({}));
     throw new Error((body.error && body.error.message) || `server answered ${res.status}`);
   }
   callUrl = res.headers.get("Location");
-  await pc.setRemoteDescription({ type: "answer", sdp: await res.text() });
+  await peer.setRemoteDescription({ type: "answer", sdp: await res.text() });
 }
 
 async function hangUp(reason) {
+  callId++;
   if (recorder && recorder.state !== "inactive") voice.recording = stopRecording();
   if (callUrl) fetch(`${callUrl}/hangup`, { method: "POST", headers: authHeaders() }).catch(() => {});
   timers.forEach(clearInterval);
@@ -263,11 +284,18 @@ async function hangUp(reason) {
   if (pc) pc.close();
   if (micStream) micStream.getTracks().forEach((t) => t.stop());
   if (audioCtx) audioCtx.close();
-  pc = channel = micStream = callUrl = audioCtx = null;
+  pc = channel = micStream = callUrl = audioCtx = userTurn = assistantTurn = null;
   setState("idle", reason);
 }
 
-voice.connect = () => connect().catch((err) => { voice.errors.push(String(err.message || err)); hangUp(err.message); });
+voice.connect = () => {
+  const id = ++callId;
+  return connect(id).catch((err) => {
+    if (id !== callId) return;  // hung up meanwhile: what failed was the call being abandoned
+    voice.errors.push(String(err.message || err));
+    hangUp(err.message);
+  });
+};
 voice.hangUp = () => hangUp();
 voice.stopRecording = stopRecording;
 voice.playoutDelayMs = async () => {  // the browser's average jitter-buffer delay on the assistant audio
@@ -280,5 +308,5 @@ voice.playoutDelayMs = async () => {  // the browser's average jitter-buffer del
   return null;
 };
 
-$("call").addEventListener("click", () => (pc ? voice.hangUp() : voice.connect()));
+$("call").addEventListener("click", () => (voice.state === "idle" ? voice.connect() : voice.hangUp()));
 if (params.get("autoconnect") === "1") voice.connect();

@@ -58,6 +58,8 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
         return " ".join(text.split())
 
     assert collapsed(state["assistant"][0])[:20] in collapsed(state["shown"])
+    # the reply's pieces carry their own spaces ("twel", "ve times"): shown as the words that were said
+    assert collapsed(state["assistant"][0]) == collapsed(state["traces"][0]["reply"])
     assert state["rows"] >= 1 and state["traces"][0]["voice_to_voice_ms"] is not None
     assert state["onsets"] >= 1
     print(f"browser voice-to-voice (mic silent -> reply audible in the page): {state['v2v'][0]:.0f} ms; "
@@ -71,3 +73,21 @@ async def test_browser_call_shows_transcript_and_reply_and_hears_speech(serve, n
     assert spoken_words_recovered(reply, heard.text) >= 0.6, (reply, heard.text)
     if demo_answers_correctly():
         assert CAPITAL in heard.text.lower()
+
+
+async def test_hanging_up_while_connecting_leaves_no_call_behind(serve, new_pipeline, question_wav) -> None:
+    """The button says "Hang up" while connecting, but a click then had started a second call: the first one's
+    microphone and peer connection stayed open, holding a session on the server until the tab closed."""
+    server = await serve(new_pipeline)
+    async with chromium_page(question_wav) as page:
+        await page.goto(url(server, "/"))
+        await page.click("#call")
+        await page.click("#call")  # at once: the browser is still asking for the microphone
+        state = await page.evaluate("voice.state")
+        # a call hung up just as the server set it up: the page ends it there too
+        await page.evaluate("voice.connect(); new Promise((done) => setTimeout(done, 300)).then(voice.hangUp)")
+        await page.wait_for_timeout(3000)  # long enough for any call still being set up to connect
+        after = await page.evaluate("({state: voice.state, errors: voice.errors})")
+        assert await drained(server, timeout=15)
+    assert state == "idle"
+    assert after == {"state": "idle", "errors": []}
