@@ -8,13 +8,16 @@ that names the key, not a setting silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dlm.decoding.confidence import check_pass_rule
 from dlm.decoding.logit_bias import COPY_FOLLOW
+from dlm.effort import EFFORTS
 from dlm.toml_file import read_toml
 from voice.asr import AsrConfig
 from voice.audio import AudioFormatError, check_rate
@@ -64,6 +67,21 @@ class LmConfig:
     copied phrase's next token, ``dlm.decoding.logit_bias``, twice this after a tool's result); 0 turns it off."""
     fallback_reply: str = "sorry, I did not get that."
     """Said when the model produces nothing speakable (after a tool call, the tool's own spoken result)."""
+
+    def __post_init__(self) -> None:
+        """Refused when the config loads: a bad value here had failed every reply, or start-up with a traceback."""
+        least = {"threads": (self.threads, 1), "max_new_tokens": (self.max_new_tokens, 1),
+                 "block_size": (self.block_size, 1), "first_block_size": (self.first_block_size, 1),
+                 "passes_per_block": (self.passes_per_block, 1), "max_tool_rounds": (self.max_tool_rounds, 0)}
+        for name, (value, lowest) in least.items():
+            if value is not None and value < lowest:
+                raise ValueError(f"{name} must be at least {lowest}, got {value}")
+        if self.effort is not None and self.effort not in EFFORTS:
+            raise ValueError(f"effort must be one of {', '.join(EFFORTS)}, got {self.effort!r}")
+        check_pass_rule(self.threshold, None)
+        for name, value in (("temperature", self.temperature), ("copy_bias", self.copy_bias)):
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a number >= 0, got {value}")
 
     def checkpoint_path(self) -> Path:
         path = Path(self.checkpoint).expanduser()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,17 @@ class TtsConfig:
     the same samples every time, which reproducible tests and benchmarks need."""
     noise_w_scale: float | None = None
     """Phoneme-duration noise; None keeps the voice's own."""
+
+    def __post_init__(self) -> None:
+        """A volume of nan or below 0 had made every reply silent (Piper gave no samples)."""
+        for name in ("length_scale", "volume", "noise_scale", "noise_w_scale"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a number >= 0, got {value}")
+        if self.length_scale == 0:
+            raise ValueError("length_scale must be above 0 (it scales each sound's length)")
+        if self.max_trailing_silence_ms < 0:
+            raise ValueError(f"max_trailing_silence_ms must be >= 0, got {self.max_trailing_silence_ms}")
 
 
 MAX_SENTENCE_PHONEMES = 300

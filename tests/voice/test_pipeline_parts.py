@@ -119,6 +119,27 @@ def test_config_errors_name_the_problem(tmp_path) -> None:
         load_config(str(bad))
 
 
+@pytest.mark.parametrize(("section", "setting", "message"), [
+    # each had loaded: every reply then failed, start-up crashed with a traceback, or every reply was silent
+    ("lm", 'effort = "extreme"', "effort must be one of low, medium, high"),
+    ("lm", "threshold = 2.0", r"threshold must be in \[0, 1\]"),
+    ("lm", "max_new_tokens = 0", "max_new_tokens must be at least 1"),
+    ("lm", "threads = 0", "threads must be at least 1"),
+    ("lm", "max_tool_rounds = -1", "max_tool_rounds must be at least 0"),
+    ("lm", "temperature = -1", "temperature must be a number >= 0"),
+    ("tts", "volume = nan", "volume must be a number >= 0"),
+    ("tts", "length_scale = 0", "length_scale must be above 0"),
+])
+def test_out_of_range_settings_are_refused_when_the_config_loads(tmp_path, section: str, setting: str,
+                                                                  message: str) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"[{section}]\n{setting}\n")
+    with pytest.raises(ConfigError, match=f"{section}: {message}"):
+        load_config(str(bad))
+    for name in ("default", "cpu-demo", "gpu", "phone"):  # the shipped profiles load
+        load_config(name)
+
+
 def test_a_tool_result_offers_its_spoken_words_as_the_fallback_reply() -> None:
     from dlm.tools.calls import spoken_result
 
