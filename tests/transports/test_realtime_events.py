@@ -41,6 +41,11 @@ def test_session_update_accepts_ga_and_beta_shapes() -> None:
                 "nope"):
         with pytest.raises(ClientEventError):
             apply_session_update(config, bad)
+    # a format's field this server does not read had been ignored: stereo would have been taken for mono
+    stereo = {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000, "channels": 2}}}}
+    with pytest.raises(ClientEventError, match="session.audio.input.format.channels") as refused:
+        apply_session_update(config, stereo)
+    assert refused.value.code == "unknown_parameter"
 
 
 def test_transcript_deltas_only_append_and_carry_the_tentative_tail() -> None:

@@ -101,6 +101,7 @@ def parse_audio_format(value: Any, param: str) -> AudioFormat:
     if not isinstance(value, dict):
         raise ClientEventError("audio format must be an object like {'type': 'audio/pcm', 'rate': 24000}",
                                code="invalid_audio_format", param=param)
+    check_fields(value, AUDIO_FORMAT_FIELDS, param)  # {"rate": 24000, "channels": 2} had been read as mono
     kind, rate = value.get("type"), value.get("rate")
     if kind == "audio/pcm" and rate in (None, 24000):
         return PCM16_24K
@@ -179,6 +180,7 @@ AUDIO_FIELDS: Rules = {"input": APPLIED, "output": APPLIED}
 AUDIO_INPUT_FIELDS: Rules = {"format": APPLIED, "turn_detection": APPLIED, "transcription": TRANSCRIPTION,
                              "noise_reduction": NO_NOISE_REDUCTION}
 AUDIO_OUTPUT_FIELDS: Rules = {"format": APPLIED, "voice": APPLIED, "speed": SPEED}
+AUDIO_FORMAT_FIELDS: Rules = {"type": APPLIED, "rate": APPLIED}
 VAD_TUNING = {"threshold": (0.0, 1.0), "prefix_padding_ms": (0, 2000), "silence_duration_ms": (100, 10_000)}
 """The server_vad settings a session may tune, and their ranges: OpenAI's names for the VAD's aggressiveness,
 pre-roll and hangover (`vad_settings`)."""
