@@ -95,6 +95,9 @@ def block_attention(
         raise ValueError("block_attention: k_block and v_block must be given together")
     if k_block is not None:
         _check_heads(q, k_block, v_block, "block_attention (block K/V)")
+        if k_block.shape[-2:] != k_cache.shape[-2:]:
+            raise ValueError(f"block_attention: block K/V heads x dim {tuple(k_block.shape[-2:])} differ from the "
+                             f"cache's {tuple(k_cache.shape[-2:])}")
     if k_block is None and isinstance(cache_len, int) and cache_len == 0:
         raise ValueError("block_attention: no keys (cache_len is 0 and no block K/V)")
     _check_out(out, q)

@@ -63,6 +63,9 @@ def check_rope_inputs(
     if width % (heads + 2 * kv_heads) or (width // (heads + 2 * kv_heads)) % 2:
         raise ValueError(f"qk_norm_rope: width {width} is not (heads + 2 kv_heads) x an even head dim")
     D = width // (heads + 2 * kv_heads)
+    if q_weight is not None and (q_weight.shape != (D,) or k_weight.shape != (D,)):
+        raise ValueError(f"qk_norm_rope: q/k norm weights must be [{D}], got {tuple(q_weight.shape)}, "
+                         f"{tuple(k_weight.shape)}")
     cache_shape = (batch, k_cache.shape[1], kv_heads, D)
     if tuple(k_cache.shape) != cache_shape or tuple(v_cache.shape) != cache_shape:
         raise ValueError(f"qk_norm_rope: caches must be {cache_shape}, got {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")

@@ -38,6 +38,11 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gat
             raise ValueError("linear: add_to is updated while x is read, so it must not share x's memory")
 
 
+def _dense(bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The kernels read a bias as one run of memory: a strided view (``b[::2]``) had been read as if it were."""
+    return None if bias is None else bias.contiguous()
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, path: str = "auto",
            gated: bool = False, norm: tuple[torch.Tensor, float] | None = None, add_to: torch.Tensor | None = None,
            **launch: int) -> torch.Tensor:  # fmt: skip
@@ -58,7 +63,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     out = rows.new_empty(rows.shape[0], weight.shape[0]) if add_to is None else add_to.view(rows.shape[0], -1)
     thin_linear_triton.thin_linear(rows, weight if weight.stride(-1) == 1 else weight.contiguous(), out,
                                    gated=gated, norm_weight=None if norm is None else norm[0].contiguous(),
-                                   eps=0.0 if norm is None else norm[1], bias=bias, add=add_to is not None,
+                                   eps=0.0 if norm is None else norm[1], bias=_dense(bias), add=add_to is not None,
                                    **launch)  # fmt: skip
     return out.view(*x.shape[:-1], weight.shape[0]) if add_to is None else add_to
 
@@ -75,10 +80,12 @@ def qkv_norm_rope(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     B, T, _ = x.shape
     check_rope_inputs(B, T, weight.shape[0], heads, kv_heads, q_weight, k_weight, cos, sin, positions, k_cache,
                       v_cache)  # fmt: skip
-    if B * T > MAX_ROWS or kernel_path(path, x.device) == "torch":
+    head_dim = weight.shape[0] // (heads + 2 * kv_heads)
+    # the one-launch kernel spans a head with one power-of-two range; other head sizes take the two steps
+    if B * T > MAX_ROWS or kernel_path(path, x.device) == "torch" or head_dim & (head_dim - 1):
         return qk_norm_rope(linear(x, weight, bias, path=path, norm=norm), heads, kv_heads, q_weight, k_weight, eps,
                             cos, sin, positions, k_cache, v_cache, path=path)  # fmt: skip
     from kernels import qkv_rope_triton
 
-    return qkv_rope_triton.qkv_rope(x, weight, bias, norm, heads, kv_heads, q_weight, k_weight, eps, cos, sin,
+    return qkv_rope_triton.qkv_rope(x, weight, _dense(bias), norm, heads, kv_heads, q_weight, k_weight, eps, cos, sin,
                                     positions, k_cache, v_cache, **launch)  # fmt: skip

@@ -66,7 +66,9 @@ def confidence_and_token_ref(
         score = flat
     token = torch.argmax(score, dim=-1)
     logit_tok = flat.gather(1, token[:, None])[:, 0]
-    conf = torch.exp(logit_tok - torch.logsumexp(flat, dim=-1))
+    # a row with no finite logit has no confidence, as in the kernel (-inf - -inf had made it NaN, and argmax
+    # then committed that row first)
+    conf = torch.exp(logit_tok - torch.logsumexp(flat, dim=-1)).nan_to_num(nan=0.0)
     conf, token = conf.view(lead), token.view(lead)
     if masked is not None:
         conf = torch.where(masked, conf, torch.full_like(conf, float("-inf")))

@@ -53,5 +53,7 @@ def apply_rotary(
 
     x4 = x4 if x4.stride(-1) == 1 else x4.contiguous()
     o4 = torch.empty_like(x4) if out is None else (out if batched else out.unsqueeze(0))
+    if o4.stride(-1) != 1:  # the kernel writes each head's D values as one run: rotate into a dense copy first
+        return out.copy_(apply_rotary(x4 if batched else x4[0], cos, sin, path=path))
     rotary_triton.apply_rotary(x4, cos4, sin4, o4)
     return o4 if batched else o4[0]

@@ -107,6 +107,16 @@ def test_public_api_paths_agree():
     torch.testing.assert_close(conf_t, conf_r)
 
 
+def test_a_row_with_no_finite_logit_has_no_confidence_on_either_path():
+    logits = torch.randn(3, 40, generator=torch.Generator().manual_seed(0)) * 0.01
+    logits[0] = float("-inf")
+    for path in ("triton", "torch"):
+        masked, ids = torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.int64)
+        select_confident(logits, masked, ids, 0.9, path=path)
+        assert masked.tolist() == [True, False, True], path  # the fallback commits a row that has a confidence
+        assert confidence_and_token(logits, path=path)[0][0] == 0, path
+
+
 def test_reference_commit_semantics():
     # Position 1 is unmasked (its high confidence must be ignored); 0 and 3 pass 0.5.
     conf = torch.tensor([0.6, 0.99, 0.2, 0.7])
