@@ -118,6 +118,20 @@ class AsrConfig:
                 raise ValueError(f"asr {name} must be 1..{WHISPER_WINDOW_S}, got {getattr(self, name)}")
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")  # "3.5" is no end: the space after the mark says it is one
+
+
+def collapse_repeats(text: str) -> str:
+    """Whisper caught in a loop writes a sentence again and again to its token cap ("How are you doing today?
+    How are you doing today? ..."), and the turn's prompt then overflows the LM's context: a sentence said again
+    right after itself is kept once."""
+    kept: list[str] = []
+    for sentence in (s.strip() for s in _SENTENCE_END.split(text)):
+        if sentence and not (kept and normalize_text(sentence) == normalize_text(kept[-1])):
+            kept.append(sentence)
+    return " ".join(kept)
+
+
 def guard_reason(text: str, no_speech_prob: float, avg_logprob: float, config: AsrConfig) -> str | None:
     """Why a Whisper output is not to be believed (empty, no_speech, phantom), or None if it is."""
     norm = normalize_text(text)
@@ -244,7 +258,7 @@ class WhisperAsr:
             rejected = guard_reason(text, no_speech, logprob, cfg)
         compute_ms = 1000 * (time.perf_counter() - start)
         return Transcription(
-            "" if rejected else text, text, audio_ms, compute_ms, no_speech, logprob, rejected
+            "" if rejected else collapse_repeats(text), text, audio_ms, compute_ms, no_speech, logprob, rejected
         )
 
     async def transcribe_async(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from voice.asr import AsrConfig, guard_reason, normalize_text
+from voice.asr import AsrConfig, collapse_repeats, guard_reason, normalize_text
 
 CONFIG = AsrConfig()
 
@@ -29,3 +29,13 @@ def test_guard(text: str, no_speech: float, logprob: float, reason: str | None) 
 def test_normalize_text() -> None:
     assert normalize_text("  Thank you, Doctor! ") == "thank you doctor"
     assert normalize_text("It's 3 o'clock.") == "it's 3 o'clock"
+
+
+@pytest.mark.parametrize(("heard", "kept"), [
+    ("How are you doing today? " * 20, "How are you doing today?"),  # a decoding loop to the token cap
+    ("Stop. stop! What time is it? What time is it", "Stop. What time is it?"),
+    ("What is 3.5 times 2? It is 7.", "What is 3.5 times 2? It is 7."),  # nothing repeated: as heard
+    ("", ""),
+])
+def test_a_sentence_whisper_repeats_in_a_loop_is_kept_once(heard: str, kept: str) -> None:
+    assert collapse_repeats(heard) == kept
