@@ -26,6 +26,12 @@ _EMPHASIS = re.compile(r"(?<!\w)([*_])(?=\S)(.+?)(?<=\S)\1(?!\w)")
 _MARKS = re.compile(r"[*_]{2,}|`+")
 _LINE_MARK = re.compile(r"^\s*(?:[-•]|#{1,6})\s+")
 _TIMES = re.compile(r"(?<=\d)\s*[*×]\s*(?=\d)")  # "12 * 4" is said "12 times 4"
+# what espeak reads wrongly: "seven am" as the word "am" (the clock tool's wording; "a.m." is read A M), and the
+# speller's "/" between two words' letters as "slash"
+_HOUR = (r"\d{1,2}(?::\d\d)?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
+         r"fifteen|sixteen|seventeen|eighteen|nineteen|(?:twenty|thirty|forty|fifty)(?:-\w+)?")
+_MERIDIEM = re.compile(rf"\b({_HOUR}) ([ap])m\b\.?", re.IGNORECASE)
+_LETTER_GROUPS = re.compile(r"(?<=\b\w) / (?=\w\b)")
 _LIST_NUMBER = re.compile(r"(?:^|\n)\s*\d+\.$")  # "1." opening a numbered item: not a sentence's end
 
 
@@ -110,6 +116,8 @@ class ClauseChunker:
 
 
 def _speakable(text: str) -> str:
-    """``text`` as Piper should read it: markup dropped, "12 * 4" as "12 times 4", single spaces."""
+    """``text`` as Piper should read it: markup dropped, "12 * 4" as "12 times 4", "seven am" as "seven a.m.",
+    a spelled name's words apart, single spaces."""
     text = _EMPHASIS.sub(r"\2", _MARKS.sub("", _LINE_MARK.sub("", text)))
+    text = _MERIDIEM.sub(lambda m: f"{m[1]} {m[2].lower()}.m.", _LETTER_GROUPS.sub(". ", text))
     return " ".join(_TIMES.sub(" times ", text).split())

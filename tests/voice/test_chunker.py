@@ -80,6 +80,14 @@ def test_markdown_is_not_spoken_and_empty_pieces_are_dropped() -> None:
         "Steps", "1. Boil some water.", "2. Add the pasta."]
 
 
+def test_the_tools_wording_is_given_as_piper_reads_it_right() -> None:
+    assert chunk_text("it's seven am. The meeting is at 10 PM, I am told.") == [
+        "it's seven a.m.", "The meeting is at 10 p.m.,", "I am told."]
+    assert chunk_text("it's two twenty-five pm in tokyo.") == ["it's two twenty-five p.m. in tokyo."]
+    spelled = chunk_text("it's spelled m, a, r, y / j, a, n, e.")  # in clauses, at its commas
+    assert " ".join(spelled) == "it's spelled m, a, r, y. j, a, n, e."
+
+
 def test_symbols_that_are_text_not_markup_are_kept() -> None:
     assert chunk_text("Well, 12 * 4 is 48, and 3×3 is 9.") == [
         "Well, 12 times 4 is 48,", "and 3 times 3 is 9."]
