@@ -10,9 +10,11 @@ import ast
 import math
 import operator
 
+from dlm.tools.numbers import MAX_SPOKEN, join_digit_groups
+
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64
-MAX_MAGNITUDE = 1e15
+MAX_MAGNITUDE = MAX_SPOKEN  # a result the reply could not say is refused here, with a reason
 
 _BINARY = {
     ast.Add: operator.add,
@@ -46,8 +48,9 @@ def readable(expression: str) -> bool:
 
 
 def _parse(expression: str) -> ast.Expression:
-    """The syntax tree ('^' is power, '×' and '÷' the signs); a ValueError when there is none."""
-    text = expression.replace("^", "**").replace("×", "*").replace("÷", "/")
+    """The syntax tree ('^' is power, '×' and '÷' the signs, "2,500" one number); a ValueError when there is
+    none."""
+    text = join_digit_groups(expression).replace("^", "**").replace("×", "*").replace("÷", "/")
     try:
         return ast.parse(text, mode="eval")
     except SyntaxError as err:
@@ -57,7 +60,7 @@ def _parse(expression: str) -> ast.Expression:
 def _check(value: int | float) -> int | float:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("result is not a finite number")
-    if abs(value) > MAX_MAGNITUDE:
+    if abs(value) >= MAX_MAGNITUDE:
         raise ValueError("result is too large")
     return value
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from dlm.constrained.schema import CompiledSchema, check
 from dlm.tools.calculator import readable
+from dlm.tools.numbers import join_digit_groups
 from dlm.tools.registry import TIMER_UNITS, TOOLS, call_schema
 from dlm.tools.units import spoken_units
 
@@ -118,6 +119,11 @@ class _SpokenNumber:
         return self.sign * whole
 
 
+def _tokens(text: str) -> list[str]:
+    """The numbers and words of a transcript, lower-cased; one written with digit groups is one ("1,500")."""
+    return _TOKEN.findall(join_digit_groups(text.lower()))
+
+
 def heard_numbers(text: str) -> list[int | float]:
     """The numbers in a transcript, each once, in order, whether written in digits ('-14', '2.5') or words
     ('twenty-six'). One said after 'minus' is offered both ways: 'fifty-one minus 22' is arithmetic, 'minus 22
@@ -134,7 +140,7 @@ def _numbers_as_said(text: str) -> list[int | float]:
     def add(value: int | float, signed: bool) -> None:
         found.extend((value, -value) if signed else (value,))
 
-    for token in _TOKEN.findall(text.lower()):
+    for token in _tokens(text):
         if current is not None and (token == "and" and current.last in ("hundred", "scale") or current.takes(token)):
             continue
         if current is not None:
@@ -173,7 +179,7 @@ def heard_time_units(text: str) -> tuple[list[str], list[str]]:
 
 def _units_said(text: str, names: dict[str, str]) -> tuple[list[str], list[str]]:
     """The units of ``names`` (what a caller says -> a unit) said in ``text``: right after a number, and not."""
-    words = [w for w in _TOKEN.findall(text.lower()) if w not in FILLERS]
+    words = [w for w in _tokens(text) if w not in FILLERS]
     longest = max(len(name.split()) for name in names)
     after_number: list[str] = []
     others: list[str] = []
@@ -246,7 +252,7 @@ def grounded_parameters(text: str) -> dict[str, dict[str, Any]]:
     ("timer": "set a timer for ten" may leave its unit to the model): "then take off eight" had become a
     pounds-to-kilograms conversion, "how much is 9 times thirteen" a nine-second timer."""
     offers = heard_offers(text)  # once per turn, for every tool
-    words = set(_TOKEN.findall(text.lower()))
+    words = set(_tokens(text))
     names_a_unit = bool(offers["quantity unit"] or offers["target unit"] or words & _TIME_UNIT_NAMES.keys())
     narrowed = {}
     for tool in TOOLS.values():
@@ -312,6 +318,7 @@ def heard_expression(expression: str, heard_text: str, results: str = "") -> str
     12". Then an expression of two numbers whose operator is not the one the caller said (`_SPOKEN_OPERATORS`,
     when they said exactly one) gets theirs: "51 ** 22" for "fifty-one minus 22" -> "51 - 22", "8 9" -> "8 *
     9"."""
+    expression = join_digit_groups(expression)  # "2,500 / 5" holds the 2500 said, not a 2 and a 500
     said = [n for n in said_numbers(heard_text) if n >= 0]
     earlier = [n for n in heard_numbers(results) if n >= 0] if len(said) <= 1 else []  # a follow-up says one
     unmatched = [*said, *(n for n in earlier if n not in said)]
@@ -337,7 +344,7 @@ def heard_expression(expression: str, heard_text: str, results: str = "") -> str
             pieces += [expression[end:literal.start()], str(replacements.get(i, literal.group()))]
             end = literal.end()
         expression = "".join(pieces) + expression[end:]
-    operators = {_SPOKEN_OPERATORS[w] for w in _TOKEN.findall(heard_text.lower()) if w in _SPOKEN_OPERATORS}
+    operators = {_SPOKEN_OPERATORS[w] for w in _tokens(heard_text) if w in _SPOKEN_OPERATORS}
     pair = _PAIR.fullmatch(expression)
     if pair is None or len(operators) != 1 or pair["op"] in operators:
         return expression

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
+from decimal import Decimal
+
 _ONES = [
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
     "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
@@ -13,6 +17,12 @@ _ORDINAL_IRREGULAR = {
     "nine": "ninth", "twelve": "twelfth",
 }
 MAX_SPOKEN = 10**15
+# A value too small for its fixed decimals keeps this many significant figures, so 0.001 is not "zero"; but
+# no more than MAX_DECIMALS places, below which a float is arithmetic noise ("0.1 + 0.2 - 0.3") or unsayable.
+SIGNIFICANT = 3
+MAX_DECIMALS = 9
+# a comma between digit groups ("1,500", "12,000,000"), never one between numbers ("1, 2, 3" or "1,2")
+_DIGIT_GROUP_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 
 def _below_thousand(n: int) -> str:
@@ -46,20 +56,40 @@ def int_to_words(n: int) -> str:
 
 
 def number_to_words(x: float, max_decimals: int = 2) -> str:
-    """Words for an int or float; floats are rounded to `max_decimals` and read digit by digit after 'point'."""
+    """Words for an int or float; floats are rounded as :func:`rounded` does and read digit by digit after
+    'point'."""
     if isinstance(x, bool):
         raise TypeError("a boolean is not a number")
     if isinstance(x, int):
         return int_to_words(x)
-    x = round(float(x), max_decimals)
-    if x != x or x in (float("inf"), float("-inf")):
+    if not math.isfinite(x):
         raise ValueError(f"not a finite number: {x}")
+    x = rounded(float(x), max_decimals)
     if x == int(x):
         return int_to_words(int(x))
     sign = "minus " if x < 0 else ""
-    whole, frac = f"{abs(x):.{max_decimals}f}".split(".")
-    frac = frac.rstrip("0")
+    whole, frac = _decimal_text(abs(x)).split(".")
     return sign + int_to_words(int(whole)) + " point " + " ".join(_ONES[int(d)] for d in frac)
+
+
+def rounded(x: float, decimals: int) -> float:
+    """``x`` to ``decimals`` places, or, when it is smaller than the last of them, to :data:`SIGNIFICANT`
+    figures (at most :data:`MAX_DECIMALS` places): a small result is said, not rounded away to zero. A value
+    of at least one unit of the last place rounds as it always has: the results the model was trained on."""
+    if x == 0 or abs(x) >= 10.0**-decimals:
+        return round(x, decimals)
+    return round(x, min(MAX_DECIMALS, SIGNIFICANT - 1 - math.floor(math.log10(abs(x)))))
+
+
+def _decimal_text(x: float) -> str:
+    """The shortest digits that are ``x`` (999999999999999.9, not '...999.88' as '.2f' writes it), never in
+    exponent form (0.00001, not '1e-05')."""
+    return format(Decimal(repr(x)), "f")
+
+
+def join_digit_groups(text: str) -> str:
+    """``text`` with the commas that group digits taken out: "1,500" is one number, fifteen hundred."""
+    return _DIGIT_GROUP_COMMA.sub("", text)
 
 
 def ordinal_words(n: int) -> str:
@@ -77,9 +107,12 @@ def ordinal_words(n: int) -> str:
 
 
 def format_number(x: float, max_decimals: int = 4) -> int | float:
-    """A JSON-friendly value: rounded, and whole floats become ints ('212', not '212.0')."""
+    """A JSON-friendly value: rounded as :func:`rounded` does, and whole floats become ints ('212', not
+    '212.0'); a non-finite one is refused, as JSON has no infinity."""
     if isinstance(x, float):
-        x = round(x, max_decimals)
+        if not math.isfinite(x):
+            raise ValueError(f"not a finite number: {x}")
+        x = rounded(x, max_decimals)
         if x == int(x) and abs(x) < MAX_SPOKEN:
             return int(x)
     return x

@@ -7,6 +7,7 @@ its reply and the text can go straight to TTS.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -131,7 +132,7 @@ class ToolSession:
             raise ToolError(f"bad arguments for {name}: {'; '.join(errors)}")
         try:
             result = tool.run(self, arguments)
-        except ValueError as err:
+        except (ValueError, ArithmeticError) as err:  # an overflow too (a timer past the year 9999)
             raise ToolError(f"{name}: {err}") from None
         return json.dumps(result, ensure_ascii=False)
 
@@ -150,6 +151,13 @@ class ToolSession:
             except (ZoneInfoNotFoundError, ValueError):
                 raise ValueError(f"unknown timezone {timezone!r}") from None
         return now
+
+    def running_timers(self) -> dict[int, Timer]:
+        """The timers, once those that have ended are dropped: a finished timer has nothing left to list or
+        cancel."""
+        now = self.now()
+        self.timers = {i: t for i, t in self.timers.items() if t.ends_at > now}
+        return self.timers
 
 
 def spoken_time(moment: datetime) -> str:
@@ -199,7 +207,8 @@ def _convert_units(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]
 
 def _set_timer(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
     seconds = args["amount"] * TIMER_UNITS[args["unit"]]
-    if not 0 < seconds <= MAX_TIMER_SECONDS:
+    session.running_timers()  # finished ones are dropped here too, so they do not pile up in a long session
+    if not 1 <= seconds <= MAX_TIMER_SECONDS:
         raise ValueError("a timer must last between one second and twenty-four hours")
     timer = Timer(session.next_timer_id, seconds, args.get("label", ""),
                   session.now() + timedelta(seconds=seconds))
@@ -209,19 +218,20 @@ def _set_timer(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cancel_timer(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
-    if not session.timers:
+    timers = session.running_timers()
+    if not timers:
         raise ValueError("there are no timers running")
-    timer_id = args.get("id", max(session.timers))
-    timer = session.timers.pop(timer_id, None)
+    timer_id = args.get("id", max(timers))
+    timer = timers.pop(timer_id, None)
     if timer is None:
         raise ValueError(f"no timer with id {timer_id}")
     return {"cancelled": timer_id, "spoken": f"the timer for {spoken_duration(timer.seconds)}"}
 
 
 def _list_timers(session: ToolSession, args: dict[str, Any]) -> dict[str, Any]:
-    now = session.now()
-    timers = [{"id": t.id, "label": t.label, "remaining_seconds": max(0, round((t.ends_at - now).total_seconds()))}
-              for t in session.timers.values()]
+    now = session.now()  # before the running ones are found: each has time left, "one second", never "zero"
+    timers = [{"id": t.id, "label": t.label, "remaining_seconds": math.ceil((t.ends_at - now).total_seconds())}
+              for t in session.running_timers().values()]
     if not timers:
         return {"timers": [], "spoken": "no timers"}
     said = ", ".join(f"{(t['label'] + ' ') if t['label'] else ''}{spoken_duration(t['remaining_seconds'])} left"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
+
+from dlm.tools.numbers import MAX_SPOKEN
 
 
 @dataclass(frozen=True)
@@ -43,18 +46,34 @@ UNITS: dict[str, Unit] = {
     "kmh": Unit("speed", 1 / 3.6, singular="kilometer per hour", plural="kilometers per hour", also=("kph",)),
     "mph": Unit("speed", 0.44704, singular="mile per hour", plural="miles per hour", also=("mph",)),
 }
+ABSOLUTE_ZERO = UNITS["k"].offset  # 0 K in the temperature base unit (celsius)
+# how far below absolute zero float arithmetic may land from it: -459.67 °F is -273.15000000000003 °C
+_ABSOLUTE_ZERO_SLACK = 1e-9
 
 
 def convert(value: float, from_unit: str, to_unit: str) -> float:
-    """`value` in `from_unit` expressed in `to_unit`; both must share a dimension."""
+    """`value` in `from_unit` expressed in `to_unit`; both must share a dimension. A value or a result the
+    reply could not say (not finite, or too large) is refused, and so is a temperature below absolute zero."""
     try:
         src, dst = UNITS[from_unit], UNITS[to_unit]
     except KeyError as err:
         raise ValueError(f"unknown unit {err.args[0]!r}; known units: {', '.join(UNITS)}") from None
     if src.dimension != dst.dimension:
         raise ValueError(f"cannot convert {src.dimension} ({from_unit}) to {dst.dimension} ({to_unit})")
-    base = value * src.scale + src.offset
-    return (base - dst.offset) / dst.scale
+    base = _sayable(value, "value") * src.scale + src.offset
+    if src.dimension == "temperature" and base < ABSOLUTE_ZERO - _ABSOLUTE_ZERO_SLACK:
+        raise ValueError(f"{value} {src.plural} is below absolute zero")
+    return _sayable((base - dst.offset) / dst.scale, "result")
+
+
+def _sayable(x: float, what: str) -> float:
+    """``x``, when it is a finite number smaller than :data:`MAX_SPOKEN`; else a ValueError naming ``what``
+    (not ``x``: 10**400 has too many digits for a message)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"the {what} is not a finite number")
+    if abs(x) >= MAX_SPOKEN:
+        raise ValueError(f"the {what} is too large")
+    return x
 
 
 @cache
@@ -64,6 +83,6 @@ def spoken_units() -> dict[str, str]:
 
 
 def unit_name(code: str, value: float) -> str:
-    """The spoken unit name agreeing with the value ('one mile', 'two miles')."""
+    """The spoken unit name agreeing with the value ('one mile', 'minus one degree', 'two miles')."""
     unit = UNITS[code]
-    return unit.singular if value == 1 else unit.plural
+    return unit.singular if abs(value) == 1 else unit.plural

@@ -36,6 +36,10 @@ from dlm.tools.grounding import (
     ("set a timer for 2.5 hours", [2.5]),
     ("a hundred", []),  # no number word to start from: nothing offered, the parameter stays free
     ("what's the capital of france", []),
+    ("Convert 1,500 meters to feet.", [1500]),  # digits grouped by commas are one number
+    ("about 12,000,000 people, or 2,500.5", [12000000, 2500.5]),
+    ("1, 2, 3", [1, 2, 3]),  # a comma and a space part numbers
+    ("1,2 and 3,4567", [1, 2, 3, 4567]),  # so does one not followed by a group of three
 ])
 def test_heard_numbers_in_digits_and_words(text: str, numbers: list[float]) -> None:
     assert heard_numbers(text) == numbers
@@ -219,6 +223,15 @@ def test_a_conversion_or_a_timer_needs_a_unit_the_caller_named() -> None:
     wrong_tool = json.dumps(call("convert_units", value=8, from_unit="lb", to_unit="kg"))
     assert settle_call(wrong_tool, heard) == (None, grounded_call_schema(heard))  # decoded again without it
     assert "convert_units" in json.dumps(grounded_call_schema("and in pounds"))  # a follow-up names its unit
+
+
+def test_a_number_said_with_digit_groups_grounds_the_call_that_carries_it() -> None:
+    conversion = json.dumps(call("convert_units", value=1500, from_unit="m", to_unit="ft"))
+    assert settle_call(conversion, "Convert 1,500 meters to feet.")[0] == conversion
+    timer = json.dumps(call("set_timer", amount=1200, unit="seconds"))
+    assert settle_call(timer, "Set a timer for 1,200 seconds.")[0] == timer
+    assert heard_units("Convert 1,500 meters to feet.") == (["m"], ["ft"])
+    assert heard_expression("2,500 / 50", "What is 2,500 divided by 5?") == "2500 / 5"
 
 
 def test_a_lone_letter_is_no_name() -> None:
