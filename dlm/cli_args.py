@@ -34,6 +34,18 @@ def output_path(text: str) -> Path:
     return path
 
 
+def output_dir(text: str) -> Path:
+    """A directory to write into, made when it is written if missing: what of it exists must be a directory
+    this process may write in (a training run had found out only when it exported, after all its steps)."""
+    path = Path(text)
+    existing = next(folder for folder in (path, *path.parents) if folder.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text} cannot be written")
+    return path
+
+
 def _checked(text: str, convert: Callable[[str], T], ok: Callable[[T], bool], wanted: str) -> T:
     """`text` converted, if it converts and the value is `ok`; else argparse's error saying what was wanted."""
     try:
@@ -47,6 +59,10 @@ def _checked(text: str, convert: Callable[[str], T], ok: Callable[[T], bool], wa
 
 def at_least_one(text: str) -> int:
     return _checked(text, int, lambda value: value >= 1, "at least 1")
+
+
+def at_least_zero(text: str) -> int:
+    return _checked(text, int, lambda value: value >= 0, "at least 0")
 
 
 def port(text: str) -> int:
@@ -107,6 +123,18 @@ def device(text: str) -> str:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text):
         raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text!r}")
     return text
+
+
+def present_device(text: str) -> str:
+    """A device as :func:`device` spells it that this torch can run on, resolved (auto: cuda or cpu), for a command
+    that places tensors itself rather than through ``dlm.checkpoint.placement``."""
+    from dlm.checkpoint import placement  # torch: only for the commands that run a model
+
+    try:
+        where, _ = placement(device(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return str(where)
 
 
 def add_placement(p: argparse.ArgumentParser, dtype: str = "auto") -> None:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
-from dlm.cli_args import at_least_one, at_least_one_each, output_path
+from dlm.cli_args import at_least_one, at_least_one_each, output_path, present_device
 from dlm.decoding.prefill import prefill_blocks
 from dlm.decoding.schedule import transfer_counts
 from dlm.engine import Engine
@@ -74,6 +74,12 @@ def _median(values: list[float]) -> float:
 Sample = dict[str, float]  # one measurement of a method: first_block_ms, cold_first_block_ms, tokens_per_s, ...
 
 
+def small_first_block(block: int) -> int:
+    """The first block the schedule comparison tries: half the block, but a token at least (a block of 1 had
+    asked the engine for a first block of 0)."""
+    return max(1, block // 2)
+
+
 def engine_sampler(engine: Engine, prompt: list[int], gen: int, block: int, passes: int
                    ) -> Callable[[], Sample]:
     opts = dict(max_new_tokens=gen, passes_per_block=passes, block_size=block)
@@ -84,7 +90,7 @@ def engine_sampler(engine: Engine, prompt: list[int], gen: int, block: int, pass
 
     def sample() -> Sample:
         warm = engine.generate(prompt, session=session, **opts)  # the prompt's blocks are already cached
-        small = engine.generate(prompt, session=session, first_block_size=block // 2, **opts)
+        small = engine.generate(prompt, session=session, first_block_size=small_first_block(block), **opts)
         cold = engine.generate(prompt, session=engine.new_session(capacity=capacity), **opts)
         return {"first_block_ms": warm.first_block_ms, "cold_first_block_ms": cold.first_block_ms,
                 "tokens_per_s": len(warm.token_ids) / warm.total_ms * 1000,
@@ -181,7 +187,7 @@ def run_bench(shape_name: str, prompt_lengths: list[int], block: int = 8, passes
                                 med["tokens_per_s"], med.get("first_text_ms")))
                 if name == "engine":
                     schedules[str(length)] = {"fixed": med["first_text_ms"],
-                                              f"first_block_{block // 2}": med["first_text_ms_small_first_block"]}
+                                              f"first_block_{small_first_block(block)}": med["first_text_ms_small_first_block"]}
     finally:
         engine.close()
     return {
@@ -236,7 +242,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vanilla-canvas", type=at_least_one, default=128, help="answer canvas of vanilla diffusion (LLaDA's default)")
     p.add_argument("--repeats", type=at_least_one, default=5)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=present_device, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--threads", type=at_least_one, default=None, help="torch threads (default: torch's)")
     p.add_argument("--json", dest="json_out", type=output_path, default=None, help="write the report here")
 

@@ -22,15 +22,16 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from dlm.cli_args import at_least_one, output_path
+from dlm.cli_args import at_least_one, at_least_zero, checkpoint, output_path
+from dlm.config import CheckpointError
 from dlm.constrained.json_prefix import State
 from dlm.constrained.token_constraint import TokenGrammar, vocab_strings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", type=Path, default=None, help="whose vocabulary (default: the demo's)")
+    parser.add_argument("--checkpoint", type=checkpoint, default=None, help="whose vocabulary (default: the demo's)")
     parser.add_argument("--fields", type=at_least_one, default=30, help="required string fields of the form")
-    parser.add_argument("--slack", type=int, default=8,
+    parser.add_argument("--slack", type=at_least_zero, default=8,
                         help="budget = the tokens the shortest instance needs + this many")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random picks")
     parser.add_argument("--json", type=output_path, help="also write the figures here")
@@ -73,11 +74,20 @@ def replay(grammar: TokenGrammar, picked: list[int]) -> list[float]:
     return seconds
 
 
+def checkpoint_tokenizer(root: Path) -> Tokenizer:
+    """The checkpoint's tokenizer.json; one missing or malformed is refused in one line (the tokenizers library
+    raises a bare Exception)."""
+    try:
+        return Tokenizer.from_file(str(root / "tokenizer.json"))
+    except Exception as err:
+        raise CheckpointError(f"{root / 'tokenizer.json'}: not a tokenizer ({err})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from dlm.cli import DEMO_CHECKPOINT
     from dlm.train.tokenizer import IM_END
 
-    tokenizer = Tokenizer.from_file(str((args.checkpoint or DEMO_CHECKPOINT) / "tokenizer.json"))
+    tokenizer = checkpoint_tokenizer(Path(args.checkpoint or DEMO_CHECKPOINT))
     vocab, stop = vocab_strings(tokenizer), [tokenizer.token_to_id(IM_END)]
     report: dict[str, Any] = {"fields": args.fields, "slack": args.slack, "cases": {}}
     print(f"{'keys':6s} {'picks':6s} {'budget':>6s} {'tokens':>6s} {'closed':>6s} {'budget s':>9s} "

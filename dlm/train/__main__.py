@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dlm.cli_args import at_least_one
+from dlm.cli_args import at_least_one, checkpoint, output_dir
 from dlm.config import CheckpointError
 from dlm.train.candidates import train_with_candidates
 from dlm.train.config import RunConfig, RunConfigError, check_finish, load_run_config
+from dlm.train.loss_plot import candidate_states
 from dlm.train.train import train
 
 
@@ -20,10 +21,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, help="a TOML run config, e.g. configs/demo.toml")
     parser.add_argument("--resume", action="store_true", help="continue from the state file in state_dir")
     parser.add_argument("--steps", type=at_least_one, help="override [train] steps")
-    parser.add_argument("--out", help="override [train] out_dir")
+    parser.add_argument("--out", type=output_dir, help="override [train] out_dir")
     parser.add_argument("--stop-after", type=at_least_one, help="end this session at that step (continue with --resume)")
-    parser.add_argument("--init-from", help="fine-tune this checkpoint directory (its tokenizer and weights; "
-                                            "override [train] init_from)")
+    parser.add_argument("--init-from", type=checkpoint, help="fine-tune this checkpoint directory (its tokenizer "
+                        "and weights: override [train] init_from and [data] tokenizer)")
     args = parser.parse_args(argv)
     try:
         run = _configured(args)
@@ -41,16 +42,29 @@ def _configured(args: argparse.Namespace) -> RunConfig:
         run.train.steps = args.steps
         check_finish(run)
     if args.out is not None:
-        run.train.out_dir = args.out
-    if args.init_from is not None:
-        run.train.init_from = args.init_from
-        if not Path(args.init_from).is_dir():
-            raise RunConfigError(f"--init-from {args.init_from}: no such checkpoint directory")
-    state = Path(run.train.state_dir) / "state.pt"
-    if state.exists() and not args.resume:  # a fresh run would overwrite it
-        raise RunConfigError(f"{state} already holds a run: pass --resume to continue it, or name another [train] "
-                         "state_dir")
+        run.train.out_dir = str(args.out)
+    else:  # as --out is checked: a run had found out only when it exported, after all its steps
+        try:
+            output_dir(run.train.out_dir)
+        except argparse.ArgumentTypeError as err:
+            raise RunConfigError(f"[train] out_dir {err}") from None
+    if args.init_from is not None:  # a fine-tune trains with its checkpoint's tokenizer, as [train] init_from does
+        run.train.init_from, run.data.tokenizer = args.init_from, ""
+    if not args.resume:
+        _check_fresh(Path(run.train.state_dir))
     return run
+
+
+def _check_fresh(state_dir: Path) -> None:
+    """Refuse a fresh run in a state_dir that holds a run, or a race's candidates: it would overwrite the one,
+    and carry on from the others' states (a candidate always resumes its own)."""
+    state = state_dir / "state.pt"
+    if state.exists():
+        raise RunConfigError(f"{state} already holds a run: pass --resume to continue it, or name another [train] "
+                             "state_dir")
+    if candidate_states(state_dir):
+        raise RunConfigError(f"{state_dir / 'candidates'} holds an earlier race's states: pass --resume to continue "
+                             f"it, or clear {state_dir}")
 
 
 if __name__ == "__main__":

@@ -19,14 +19,15 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import threading
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-import torch
-
-from dlm.train.config import RunConfig
+from dlm.config import CheckpointError
+from dlm.train.config import RunConfig, RunConfigError
 from dlm.train.loss_plot import candidate_state_dir, curriculum_losses, write_race_plot
+from dlm.train.phases import load_state
 from dlm.train.train import TrainResult, run_tokenizer, train, training_corpus
 
 
@@ -63,14 +64,18 @@ def _stop_when_orphaned() -> None:
         _thread.interrupt_main()
 
 
-def _run_curriculum(run: RunConfig, progress: bool) -> None:
+def _run_curriculum(run: RunConfig, progress: bool, refusals: Connection) -> None:
     # A run started in the background by a script (`python -m dlm.train ... &`) has SIGINT ignored, which the
     # candidates inherit; then neither `interrupt_main` nor `race`'s SIGINT would reach them.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=_stop_when_orphaned, daemon=True).start()
     # another candidate winning the race, or the run's end, interrupts this one: exit cleanly, releasing what it holds
     with contextlib.suppress(KeyboardInterrupt):
-        train(run, resume=True, progress=progress, curriculum_only=True)
+        try:
+            train(run, resume=True, progress=progress, curriculum_only=True)
+        except (RunConfigError, CheckpointError, OSError) as err:  # the run refuses it in one line, as its own
+            refusals.send(f"the curriculum of seed {run.train.seed}: {err}")
+            sys.exit(2)
 
 
 def race(candidates: list[RunConfig], progress: bool) -> dict[int, float]:
@@ -78,8 +83,9 @@ def race(candidates: list[RunConfig], progress: bool) -> dict[int, float]:
     and the rest are stopped (their losses are left out); otherwise all run every curriculum step."""
     context = multiprocessing.get_context("spawn")
     running = {}
+    refusals, refuse = context.Pipe(duplex=False)
     for index, candidate in enumerate(candidates):
-        process = context.Process(target=_run_curriculum, args=(candidate, progress and index == 0))
+        process = context.Process(target=_run_curriculum, args=(candidate, progress and index == 0, refuse))
         process.start()
         running[process.sentinel] = (process, candidate)
     losses: dict[int, float] = {}
@@ -88,6 +94,8 @@ def race(candidates: list[RunConfig], progress: bool) -> dict[int, float]:
             for sentinel in wait(list(running)):
                 process, candidate = running.pop(sentinel)
                 process.join()
+                if process.exitcode != 0 and refusals.poll():
+                    raise RunConfigError(refusals.recv())
                 if process.exitcode != 0:
                     raise RuntimeError(f"the curriculum of seed {candidate.train.seed} failed "
                                        f"(exit code {process.exitcode})")
@@ -112,7 +120,7 @@ def train_with_candidates(run: RunConfig, resume: bool = False, progress: bool =
     state_dir = Path(run.train.state_dir)
     state_path = state_dir / "state.pt"
     if resume and state_path.exists():  # the choice was made in an earlier session; its state holds the seed
-        seed = torch.load(state_path, weights_only=False)["config"]["train"]["seed"]
+        seed = load_state(state_path)["config"]["train"]["seed"]
         return train(with_seed(run, seed), resume=True, progress=progress, stop_after=stop_after)
     run_tokenizer(run, lambda: training_corpus(run), state_dir, resume)  # one tokenizer, shared by every candidate
     candidates = [candidate_run(run, index) for index in range(run.curriculum.candidates)]

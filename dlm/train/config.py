@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin, get_type_hints
 
 from dlm.toml_file import read_toml
 from dlm.train.data import EARLIER_TURN, check_mix
@@ -66,7 +67,8 @@ class OptimConfig:
     bf16: bool = False  # autocast the step's matmuls to bf16 (fp32 weights, optimiser and attention): on a
     # CPU with AMX the compiled demo step is 1.27x as fast (`python -m latency_bench train-step`)
     init_from: str = ""  # a checkpoint directory to fine-tune: its tokenizer and weights instead of a new
-    # tokenizer and random weights ([model] must have its shape; `python -m dlm.train --init-from DIR`)
+    # tokenizer and random weights ([model] must have its shape; `python -m dlm.train --init-from DIR`, which
+    # sets aside [data] tokenizer, since a fine-tune keeps its checkpoint's tokenizer)
     max_minutes: float = 28.0  # training time (all sessions of a run) after which it stops, saved and exported,
     # and by which its learning rate has decayed (see train.learning_rate)
 
@@ -122,28 +124,67 @@ class RunConfig:
         return asdict(self)
 
 
-_AT_LEAST_ONE = {"train_examples", "vocab_size", "max_length", "hidden_size", "num_layers", "num_heads",
-                 "num_kv_heads", "head_dim", "intermediate_size", "block_size", "steps", "batch_size",
-                 "checkpoint_every", "threads", "examples"}
+_AT_LEAST = {  # the least value of each count, by section: a zero where one is needed had surfaced as a
+    # ZeroDivisionError minutes into a run, while [curriculum] and [finish] steps 0 mean none
+    "data": {"train_examples": 1, "vocab_size": 1, "max_length": 1, "max_token_length": 0},
+    "model": {"hidden_size": 1, "num_layers": 1, "num_heads": 1, "num_kv_heads": 1, "head_dim": 1,
+              "intermediate_size": 1, "block_size": 1},
+    "train": {"steps": 1, "batch_size": 1, "checkpoint_every": 1, "threads": 1, "warmup_steps": 0,
+              "weight_decay": 0, "min_lr_ratio": 0, "mask_eps": 0},
+    "curriculum": {"steps": 0, "examples": 1, "batch_size": 0},
+    "finish": {"steps": 0, "examples": 1},
+}
+# over 0: AdamW's refusal of a negative rate had been a traceback, and a negative clip norm turns every step into
+# gradient ascent
+_POSITIVE = {"model": {"rope_theta"}, "train": {"lr", "grad_clip", "max_minutes"}}
+
+
+def _fits(value: Any, expected: Any) -> bool:
+    """Whether a TOML value is of a field's type, element by element (an int where a float is expected)."""
+    origin = get_origin(expected)
+    if origin is list:
+        return isinstance(value, list) and all(_fits(v, get_args(expected)[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(v, get_args(expected)[1]) for v in value.values())
+    if expected is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+
+
+def _finite(value: Any) -> bool:
+    """Whether every number in a value is finite: a NaN passes every range check and then every comparison."""
+    if isinstance(value, list | dict):
+        return all(map(_finite, value.values() if isinstance(value, dict) else value))
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _check_value(name: str, key: str, value: Any, expected: Any) -> None:
+    """Refuse a value of the wrong type or out of its section's range, naming it."""
+    if not _fits(value, expected):
+        wanted = expected.__name__ if isinstance(expected, type) else str(expected)
+        raise RunConfigError(f"[{name}] {key} must be of type {wanted}, got {value!r}")
+    if not _finite(value):
+        raise RunConfigError(f"[{name}] {key} must be finite, got {value!r}")
+    least = _AT_LEAST.get(name, {}).get(key)
+    if least is not None and value < least:
+        raise RunConfigError(f"[{name}] {key} must be at least {least}, got {value}")
+    if key in _POSITIVE.get(name, set()) and value <= 0:
+        raise RunConfigError(f"[{name}] {key} must be over 0, got {value}")
 
 
 def _section(cls: type, raw: dict[str, Any], name: str) -> Any:
-    """The section's dataclass, each value of its default's type (an int where a float is expected), counts
-    at least 1: a wrong one had surfaced as a ZeroDivisionError or TypeError minutes into a run."""
+    """The section's dataclass, each value of its field's type and in range: a wrong one had surfaced as a
+    ZeroDivisionError or TypeError minutes into a run."""
+    if not isinstance(raw, dict):
+        raise RunConfigError(f"[{name}] must be a table of settings, got {raw!r}")
     known = {f.name for f in fields(cls)}
     unknown = set(raw) - known
     if unknown:
         raise RunConfigError(f"[{name}]: unknown keys {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-    section = cls(**raw)
-    defaults = cls()
+    types = get_type_hints(cls)
     for key, value in raw.items():
-        expected = type(getattr(defaults, key))
-        fits = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
-        if not (fits or (expected is float and isinstance(value, int) and not isinstance(value, bool))):
-            raise RunConfigError(f"[{name}] {key} must be of type {expected.__name__}, got {value!r}")
-        if key in _AT_LEAST_ONE and value < 1:
-            raise RunConfigError(f"[{name}] {key} must be at least 1, got {value}")
-    return section
+        _check_value(name, key, value, types[key])
+    return cls(**raw)
 
 
 def from_dict(raw: dict[str, Any]) -> RunConfig:
@@ -156,12 +197,13 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
                     _section(OptimConfig, raw.get("train", {}), "train"),
                     _section(CurriculumConfig, raw.get("curriculum", {}), "curriculum"),
                     _section(FinishConfig, raw.get("finish", {}), "finish"))
-    if not run.train.block_sizes or any(not isinstance(b, int) or b < 1 for b in run.train.block_sizes):
+    if not run.train.block_sizes or any(b < 1 for b in run.train.block_sizes):
         raise RunConfigError("[train] block_sizes must be a non-empty list of block sizes >= 1")
+    if run.model.num_heads % run.model.num_kv_heads:
+        raise RunConfigError(f"[model] num_kv_heads ({run.model.num_kv_heads}) must divide num_heads "
+                             f"({run.model.num_heads}): each key/value head serves a group of query heads")
     if not 0 <= run.data.earlier_turn <= 1:
         raise RunConfigError("[data] earlier_turn is a share of the dialogues: between 0 and 1")
-    if run.train.max_minutes <= 0:
-        raise RunConfigError("[train] max_minutes must be > 0")
     if run.train.loss_weighting not in ("masked_mean", "inverse_t"):
         raise RunConfigError("[train] loss_weighting must be 'masked_mean' or 'inverse_t'")
     if run.curriculum.steps and not run.curriculum.intents:
@@ -170,8 +212,7 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
         raise RunConfigError("[curriculum] until_loss must be >= 0 and loss_window >= 1")
     if run.curriculum.candidates < 1 or (run.curriculum.candidates > 1 and not run.curriculum.steps):
         raise RunConfigError("[curriculum] candidates must be >= 1, and more than one needs steps to compare them on")
-    if run.curriculum.cosine_steps < 0 or (run.curriculum.cosine_steps and
-                                           run.curriculum.cosine_steps <= run.train.warmup_steps):
+    if run.curriculum.cosine_steps and run.curriculum.cosine_steps <= run.train.warmup_steps:
         raise RunConfigError("[curriculum] cosine_steps must be 0 (the run's steps) or more than [train] warmup_steps")
     if run.curriculum.until_loss and not run.curriculum.steps:
         raise RunConfigError("[curriculum] until_loss needs steps: the most steps the curriculum may take")

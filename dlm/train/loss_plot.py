@@ -14,9 +14,8 @@ import math
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-import torch
-
-from dlm.train.phases import FINISH, FULL, saved_phase_starts
+from dlm.train.config import RunConfigError
+from dlm.train.phases import FINISH, FULL, load_state, saved_phase_starts
 
 WIDTH, HEIGHT = 760, 360
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 50  # margins around the plotting area
@@ -125,7 +124,7 @@ def write_run_plot(state_dir: Path, losses: list[float], phase_starts: dict[str,
 
 def curriculum_losses(state_path: Path) -> list[float]:
     """The loss of each curriculum step in a saved run state (all its steps, if the curriculum had not ended)."""
-    state = torch.load(state_path, weights_only=False)
+    state = load_state(state_path)
     return state["losses"][:saved_phase_starts(state)[FULL] or state["step"]]
 
 
@@ -142,16 +141,31 @@ def write_race_plot(state_dir: Path, seeds: dict[int, Path], bar: float | None) 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlm.train.loss_plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("state_dir", type=Path, help="a run's [train] state_dir (it holds state.pt)")
+    parser.add_argument("state_dir", type=Path, help="a run's [train] state_dir (it holds state.pt, or a race's "
+                                                     "candidates/seed-N/state.pt)")
     args = parser.parse_args(argv)
-    state_path = args.state_dir / "state.pt"
-    if not state_path.is_file():
-        parser.exit(2, f"error: {state_path}: no run state there\n")
-    state = torch.load(state_path, weights_only=False)
-    print(write_run_plot(args.state_dir, state["losses"], saved_phase_starts(state)))
-    seeds = candidate_states(args.state_dir)
+    try:
+        for path in redraw(args.state_dir):
+            print(path)
+    except RunConfigError as err:  # a truncated or corrupt state
+        parser.exit(2, f"error: {err}\n")
+
+
+def redraw(state_dir: Path) -> list[Path]:
+    """The pictures of what `state_dir` holds: the run's loss once it has a state, the race as soon as a
+    candidate has one (a race in progress holds nothing else yet)."""
+    state_path = state_dir / "state.pt"
+    seeds = candidate_states(state_dir)
+    if not state_path.is_file() and not seeds:
+        raise RunConfigError(f"{state_path}: no run state there, nor a race's in {state_dir / 'candidates'}")
+    drawn = []
+    if state_path.is_file():
+        state = load_state(state_path)
+        drawn.append(write_run_plot(state_dir, state["losses"], saved_phase_starts(state)))
     if seeds:
-        print(write_race_plot(args.state_dir, seeds, state["config"]["curriculum"]["until_loss"] or None))
+        until_loss = load_state(next(iter(seeds.values())))["config"]["curriculum"]["until_loss"]
+        drawn.append(write_race_plot(state_dir, seeds, until_loss or None))
+    return drawn
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,7 +28,7 @@ from dlm.train.data import Example, generate
 from dlm.train.encode import DialogueEncoder, Encoded
 from dlm.train.loss_plot import write_run_plot
 from dlm.train.objective import Batch, diffusion_loss, make_batch
-from dlm.train.phases import CURRICULUM, FINISH, FULL, saved_phase_starts
+from dlm.train.phases import CURRICULUM, FINISH, FULL, load_state, save_state, saved_phase_starts
 from dlm.train.tokenizer import IM_END, MASK, PAD, SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 
 
@@ -163,15 +163,15 @@ def run_tokenizer(run: RunConfig, corpus: Callable[[], list[Example]], state_dir
     tok_path = state_dir / "tokenizer.json"
     if resume and tok_path.exists():
         return Tokenizer.from_file(str(tok_path))
-    if run.data.tokenizer:
-        tokenizer = given_tokenizer(Path(run.data.tokenizer), f"[data] tokenizer {run.data.tokenizer}",
-                                    run.data.vocab_size)
-    elif run.train.init_from:
+    if run.train.init_from:
         source = Path(run.train.init_from) / "tokenizer.json"
         if not source.is_file():
             raise RunConfigError(f"[train] init_from {run.train.init_from}: no tokenizer.json there")
         check_shape(run, load_config(run.train.init_from))  # before its tokenizer replaces the run's
         tokenizer = given_tokenizer(source, f"[train] init_from {run.train.init_from}")
+    elif run.data.tokenizer:
+        tokenizer = given_tokenizer(Path(run.data.tokenizer), f"[data] tokenizer {run.data.tokenizer}",
+                                    run.data.vocab_size)
     else:
         renderer = DialogueEncoder(None)  # type: ignore[arg-type]
         tokenizer = train_tokenizer((renderer.render(e) for e in corpus()), run.data.vocab_size,
@@ -381,6 +381,22 @@ def write_generation_config(cfg: ModelConfig, tokenizer: Tokenizer, out_dir: Pat
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
 
 
+def restore(model: Transformer, optimizer: torch.optim.Optimizer, state: dict, run: RunConfig,
+            state_path: Path) -> None:
+    """The saved weights and optimiser of a run being resumed; a state of another shape than the run's
+    [model] is refused in one line naming what differs (torch's refusal is a traceback of every tensor)."""
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError):
+        saved = state.get("config", {}).get("model", {})
+        differing = [f"{key} {saved[key]}, not {value}" for key, value in asdict(run.model).items()
+                     if key in saved and saved[key] != value]
+        what = "; ".join(differing) or "its tensors"
+        raise RunConfigError(f"{state_path} holds a model of another shape than [model] ({what}): resume with the "
+                             "config it was started with") from None
+
+
 def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_after: int | None = None,
           curriculum_only: bool = False) -> TrainResult:
     """Run (or, with `resume`, continue) training; `stop_after` ends this session early at that step, and
@@ -397,9 +413,8 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
     step, losses, spent = 0, [], 0.0  # spent: training seconds of earlier sessions of this run
     source = BatchSource(phases, opt_cfg.batch_size, opt_cfg.seed)
     if resume and state_path.exists():
-        state = torch.load(state_path, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        state = load_state(state_path)
+        restore(model, optimizer, state, run, state_path)
         step, losses, spent = state["step"], state["losses"], state.get("seconds", 0.0)
         for name, first_step in saved_phase_starts(state).items():
             if first_step is not None:
@@ -448,7 +463,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True, stop_afte
         stopping = out_of_time or curriculum_only_and_over()
         if step % opt_cfg.checkpoint_every == 0 or step == last or stopping:
             state_dir.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+            save_state({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                         "losses": losses, "phase_starts": source.starts(), "seconds": clock,
                         "config": run.as_dict()}, state_path)
             write_run_plot(state_dir, losses, source.starts())

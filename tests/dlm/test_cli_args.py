@@ -239,3 +239,10 @@ def test_at_least_one_each_and_host_accept() -> None:
     assert at_least_one_each("1,4,16") == [1, 4, 16] and at_least_one_each("7") == [7]
     for name in ("localhost", "127.0.0.1", "0.0.0.0", "::", "::1", "fe80::1%eth0", "voice.example.org.", "my_box"):
         assert host(name) == name
+
+
+def test_output_dir_takes_a_folder_to_make_and_present_device_resolves_auto(tmp_path: Path) -> None:
+    from dlm.cli_args import output_dir, present_device
+
+    assert output_dir(str(tmp_path / "runs" / "new")) == tmp_path / "runs" / "new"  # made when the run exports
+    assert present_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")  # what torch.device takes

@@ -19,6 +19,7 @@ from dlm.train.candidates import curriculum_loss, train_with_candidates
 from dlm.train.config import CurriculumConfig, RunConfig, RunConfigError, from_dict
 from dlm.train.encode import Encoded
 from dlm.train.objective import decoding_targets, make_batch
+from dlm.train.phases import load_state, save_state
 from dlm.train.tokenizer import train_tokenizer
 from dlm.train.train import (
     BatchSource,
@@ -259,6 +260,34 @@ def test_with_until_loss_the_first_candidate_under_it_wins(tmp_path: Path) -> No
     assert picked.phase_starts["full"] == 3 and picked.steps == 8
     raced = torch.load(tmp_path / "state" / "candidates" / f"seed-{winner}" / "state.pt")
     assert raced["step"] == 3 and state["losses"][:3] == raced["losses"]
+
+
+def test_a_race_resumed_under_another_model_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A candidate's refusal reaches the run as its own line (it had been the candidate's traceback, then the
+    run's 'the curriculum of seed 0 failed (exit code 1)')."""
+    config = tiny_run(tmp_path, steps=8, curriculum_steps=2)
+    config["curriculum"]["candidates"] = 2
+    train_with_candidates(from_dict(config), progress=False)
+    (tmp_path / "state" / "state.pt").unlink()  # as a run stopped during its race leaves it
+    config["model"]["hidden_size"] = 48
+    with pytest.raises(RunConfigError, match=r"^the curriculum of seed \d: .*state.pt holds a model of another "
+                                             r"shape than \[model\] \(hidden_size 32, not 48\): resume with"):
+        train_with_candidates(from_dict(config), resume=True, progress=False)
+
+
+def test_a_state_is_replaced_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed while it saved had left a truncated state.pt, its only copy."""
+    path = tmp_path / "state.pt"
+    save_state({"step": 1}, path)
+
+    def killed_mid_write(state: dict, file: Path) -> None:
+        Path(file).write_bytes(b"PK half a state")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        save_state({"step": 2}, path)
+    assert load_state(path) == {"step": 1}
 
 
 def _running(pid: int) -> bool:

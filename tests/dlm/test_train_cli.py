@@ -12,7 +12,10 @@ import pytest
 from dlm.checkpoint import load_config
 from dlm.train.__main__ import main
 from dlm.train.config import from_dict, load_run_config
+from dlm.train.loss_plot import main as plot_main
 from dlm.train.train import check_shape
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -40,26 +43,48 @@ def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     ('[data]\nintents = ["weather"]\n', "[data] unknown intents weather"),  # had failed after the tokenizer
     ("[data]\nintent_weights = { repeat = -1 }\n", "[data] intent weights must not be negative"),
     ('[curriculum]\nintents = ["repaet"]\nsteps = 10\n', "[curriculum] unknown intents repaet"),
+    # each of these had been a traceback: a TypeError, torch's RuntimeError, AdamW's or math.floor's ValueError
+    ("data = 5\n", "[data] must be a table of settings, got 5"),
+    ('[curriculum]\nintents = [1]\nsteps = 2\n', "[curriculum] intents must be of type list[str], got [1]"),
+    ('[data]\nintent_weights = { repeat = "x" }\n', "[data] intent_weights must be of type dict[str, float]"),
+    ("[model]\nnum_heads = 2\nnum_kv_heads = 3\n", "[model] num_kv_heads (3) must divide num_heads (2)"),
+    ("[train]\nlr = -1.0\n", "[train] lr must be over 0, got -1.0"),
+    ("[train]\nlr = nan\n", "[train] lr must be finite, got nan"),
+    ("[train]\nmax_minutes = nan\n", "[train] max_minutes must be finite, got nan"),  # had trained on, unlimited
+    ("[train]\ngrad_clip = -1.0\n", "[train] grad_clip must be over 0"),  # had trained, ascending the loss
+    ('[data]\ntokenizer = "t.json"\n[train]\ninit_from = "ckpt"\n', "both name a tokenizer"),
 ])
 def test_a_bad_config_is_one_line(refusal, toml: str, message: str) -> None:
     assert message in refusal(toml)
 
 
-def test_a_fresh_run_does_not_overwrite_a_run_in_its_state_dir(tmp_path: Path, refusal) -> None:
+@pytest.mark.parametrize(("saved", "message"), [
+    ("state.pt", "state.pt already holds a run: pass --resume"),
+    # a race's candidates always resume their own state: a fresh race had carried on from the old one's
+    ("candidates/seed-0/state.pt", "candidates holds an earlier race's states: pass --resume to continue it, or clear"),
+])
+def test_a_fresh_run_does_not_overwrite_or_reuse_a_run_in_its_state_dir(tmp_path: Path, refusal, saved: str,
+                                                                        message: str) -> None:
     state = tmp_path / "state"
-    state.mkdir()
-    (state / "state.pt").write_bytes(b"a run")
+    (state / saved).parent.mkdir(parents=True)
+    (state / saved).write_bytes(b"a run")
     toml = f'[train]\nstate_dir = "{state}"\nout_dir = "{tmp_path / "out"}"\n'
-    assert "already holds a run: pass --resume" in refusal(toml)
-    assert (state / "state.pt").read_bytes() == b"a run"
+    assert message in refusal(toml)
+    assert (state / saved).read_bytes() == b"a run"
 
 
 def test_bad_flags_and_paths(tmp_path: Path, refusal) -> None:
     assert "argument --steps: must be at least 1" in refusal("", "--steps", "0")  # had exported an untrained checkpoint
-    assert "no such checkpoint directory" in refusal("", "--init-from", str(tmp_path / "nope"))
+    assert f"argument --init-from: {tmp_path / 'nope'}: not a checkpoint directory" in refusal(
+        "", "--init-from", str(tmp_path / "nope"))
+    # an output directory that cannot be made had failed when the run exported, after all its steps
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "model"
+    assert f"argument --out: {out}: {tmp_path / 'file'} is not a directory" in refusal("", "--out", str(out))
+    assert f"[train] out_dir {out}: {tmp_path / 'file'} is not a directory" in refusal(f'[train]\nout_dir = "{out}"\n')
     # configs/demo.toml's finish is 2000 steps: a shorter run would be finish from its first step
     assert "[finish] steps (2000) must be under [train] steps (500): lower it" in refusal(
-        "", "--steps", "500", config=Path(__file__).resolve().parents[2] / "configs" / "demo.toml")
+        "", "--steps", "500", config=ROOT / "configs" / "demo.toml")
     assert "No such file" in refusal("", config=tmp_path / "missing.toml")
 
 
@@ -71,13 +96,100 @@ def test_a_config_that_cannot_be_read(tmp_path: Path, refusal) -> None:
     assert refusal("", config=tmp_path) == f"error: {tmp_path}: cannot be read (Is a directory)"
 
 
+TINY = """[data]
+train_examples = 240
+vocab_size = 2048
+max_length = 256
+tokenizer = "{root}/dlm/assets/demo/tokenizer.json"
+
+[model]
+hidden_size = {hidden}
+num_layers = 1
+num_heads = 2
+num_kv_heads = 1
+head_dim = 16
+intermediate_size = 64
+block_size = 4
+
+[train]
+out_dir = "{tmp}/out"
+state_dir = "{tmp}/state"
+steps = 2
+batch_size = 8
+checkpoint_every = 1
+threads = 1
+block_sizes = [4]
+"""
+
+
+def tiny_config(tmp: Path, hidden: int = 32, extra: str = "") -> Path:
+    """A TOML config of a two-step run of a tiny model on the demo's tokenizer (no tokenizer to train)."""
+    path = tmp / f"tiny-{hidden}.toml"
+    path.write_text(TINY.format(root=ROOT, tmp=tmp, hidden=hidden) + extra)
+    return path
+
+
+def test_documented_zero_defaults_are_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 means none for [finish] and [curriculum] steps and the run's batch for [curriculum] batch_size: each
+    had been refused as "must be at least 1", the rule for [train]'s keys of those names."""
+    extra = "\n[curriculum]\nsteps = 0\nbatch_size = 0\n\n[finish]\nsteps = 0\n"
+    main(["--config", str(tiny_config(tmp_path, extra=extra))])
+    assert capsys.readouterr().out.startswith("trained 2 steps")
+
+
+def test_init_from_trains_with_the_checkpoints_tokenizer(tmp_path: Path) -> None:
+    """README's `--config configs/demo.toml --init-from DIR`: the config names a tokenizer, the checkpoint has
+    its own, and the fine-tune is the checkpoint's (it had exported the config's)."""
+    base = tmp_path / "base"
+    base.mkdir()
+    own = tiny_config(base).read_text().replace('tokenizer = "', '# tokenizer = "').replace("2048", "400")
+    (base / "own.toml").write_text(own)
+    main(["--config", str(base / "own.toml")])
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    main(["--config", str(tiny_config(tuned)), "--init-from", str(base / "out")])
+    assert (tuned / "out" / "tokenizer.json").read_text() == (base / "out" / "tokenizer.json").read_text()
+
+
+def test_a_resume_under_another_config_or_from_a_truncated_state_is_one_line(tmp_path: Path, refusal) -> None:
+    main(["--config", str(tiny_config(tmp_path)), "--stop-after", "1"])
+    assert not list((tmp_path / "state").glob("*.partial"))  # written aside, then moved over state.pt
+    state = tmp_path / "state" / "state.pt"
+    assert refusal("", "--resume", config=tiny_config(tmp_path, hidden=48)) == (
+        f"error: {state} holds a model of another shape than [model] (hidden_size 32, not 48): resume with the "
+        "config it was started with")  # had been torch's traceback of every tensor
+    state.write_bytes(state.read_bytes()[:1000])
+    assert refusal("", "--resume", config=tiny_config(tmp_path)).startswith(
+        f"error: {state}: not a readable run state, truncated or corrupt (PytorchStreamReader")
+
+
+def test_loss_plot_draws_a_race_in_progress_and_refuses_a_truncated_state(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """During a race the state_dir holds only its candidates' states: their race is drawn (it had said "no
+    run state there"). A truncated state is one line, not torch's traceback."""
+    candidate = tmp_path / "run" / "state" / "candidates" / "seed-0"
+    candidate.mkdir(parents=True)
+    toml = tiny_config(candidate).read_text().replace(f"{candidate}/state", str(candidate))
+    (candidate / "run.toml").write_text(toml)
+    main(["--config", str(candidate / "run.toml")])
+    capsys.readouterr()
+    plot_main([str(tmp_path / "run" / "state")])
+    assert capsys.readouterr().out.split() == [str(tmp_path / "run" / "state" / "race.svg")]
+    state = candidate / "state.pt"
+    state.write_bytes(state.read_bytes()[:1000])
+    with pytest.raises(SystemExit) as exit_:
+        plot_main([str(tmp_path / "run" / "state")])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {state}: not a readable run state, truncated or corrupt")
+
+
 def test_the_fine_tune_example_fits_the_shipped_checkpoint() -> None:
     """configs/demo-finetune.toml starts from dlm/assets/demo: its [model] must be the shipped checkpoint's
     shape, or the command its header gives would be refused."""
-    root = Path(__file__).resolve().parents[2]
-    run = load_run_config(root / "configs/demo-finetune.toml")
+    run = load_run_config(ROOT / "configs/demo-finetune.toml")
     assert run.train.init_from == "dlm/assets/demo" and not run.curriculum.steps
-    check_shape(run, load_config(root / run.train.init_from))
+    check_shape(run, load_config(ROOT / run.train.init_from))
 
 
 def test_the_default_output_is_not_the_shipped_checkpoint() -> None:
@@ -87,12 +199,11 @@ def test_the_default_output_is_not_the_shipped_checkpoint() -> None:
 def test_make_demo_model_trains_the_shipped_recipe_beside_it_and_scores_it_on_the_samples() -> None:
     """The shipped checkpoint is one run of configs/demo.toml; `make demo-model` reruns it into runs/ (never
     over dlm/assets/demo) and scores it as the README scores the shipped one: the four held-out samples."""
-    root = Path(__file__).resolve().parents[2]
-    dry = subprocess.run(["make", "-n", "-B", "demo-model"], cwd=root, capture_output=True, text=True, check=True).stdout
+    dry = subprocess.run(["make", "-n", "-B", "demo-model"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     steps = [shlex.split(line) for line in dry.splitlines() if " -m dlm." in line]
     assert [s[2] for s in steps] == ["dlm.train", "dlm.eval"]
     train, evaluate = steps
     out = train[train.index("--out") + 1]
     assert train[train.index("--config") + 1] == "configs/demo.toml" and not out.startswith("dlm/assets")
     assert evaluate[evaluate.index("--model") + 1] == out and "--samples" in evaluate
-    assert load_run_config(root / "configs/demo.toml").train.out_dir == "dlm/assets/demo"
+    assert load_run_config(ROOT / "configs/demo.toml").train.out_dir == "dlm/assets/demo"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dlm.cli import DEMO_CHECKPOINT
 from latency_bench.__main__ import main
 
 
@@ -31,6 +32,12 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["api", "--dtype", "bogus"], "argument --dtype: invalid choice: 'bogus'"),
     (["dlm", "--prompt-lengths", "0"], "argument --prompt-lengths: must be comma-separated whole numbers"),
     (["asr-window", "--windows", "30,x"], "argument --windows: must be comma-separated whole numbers"),
+    # each had been a traceback, or (a slack of -3) a run whose every case failed to close its JSON
+    (["asr-window", "--windows", "30,45"], "argument --windows: must be windows of 1 to 30 s (Whisper's own)"),
+    (["schema-budget", "--slack", "-3"], "argument --slack: must be at least 0, got '-3'"),
+    (["schema-budget", "--checkpoint", "/nonexistent"], "argument --checkpoint: /nonexistent: not a checkpoint"),
+    (["dlm", "--device", "foo"], "argument --device: must be auto, cpu, cuda or cuda:N, got 'foo'"),
+    (["dlm", "--device", f"cuda:{torch.cuda.device_count()}"], "CUDA device(s)"),  # one past those torch sees
 ])
 def test_bad_values(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert message in _refused(argv, capsys)
@@ -52,3 +59,11 @@ def test_a_config_that_cannot_be_read(tmp_path: Path, capsys: pytest.CaptureFixt
     for config, problem in ((binary, "not UTF-8 text"), (folder, "cannot be read (Is a directory)")):
         line = _refused([bench, "--config", str(config), *threads], capsys)
         assert line.startswith("error: ") and str(config) in line and problem in line
+
+
+def test_a_checkpoint_without_a_tokenizer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """schema-budget reads only the vocabulary: a checkpoint without one had been the tokenizers library's bare
+    Exception."""
+    (tmp_path / "config.json").write_text((DEMO_CHECKPOINT / "config.json").read_text())
+    line = _refused(["schema-budget", "--checkpoint", str(tmp_path)], capsys)
+    assert line.startswith(f"error: {tmp_path / 'tokenizer.json'}: not a tokenizer (")

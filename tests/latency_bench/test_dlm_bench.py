@@ -18,3 +18,11 @@ def test_dlm_bench_json(tmp_path, capsys):
         assert r["first_block_ms"] > 0 and r["cold_first_block_ms"] > 0 and r["tokens_per_s"] > 0
     assert [q["prompt_length"] for q in report["ratios"]] == [16, 24]
     assert set(report["first_text_ms_by_schedule"]["16"]) == {"fixed", "first_block_4"}  # half the block of 8
+
+
+def test_a_block_of_one_token_compares_a_first_block_of_one(tmp_path, capsys):
+    """Half a block of 1 had asked the engine for a first block of 0 tokens: a ValueError."""
+    out = tmp_path / "bench.json"
+    assert main(["dlm", "--shape", "tiny", "--prompt-lengths", "8", "--repeats", "1", "--block-size", "1",
+                 "--gen-tokens", "4", "--json", str(out)]) == 0
+    assert set(json.loads(out.read_text())["first_text_ms_by_schedule"]["8"]) == {"fixed", "first_block_1"}
