@@ -121,15 +121,22 @@ class AsrConfig:
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")  # "3.5" is no end: the space after the mark says it is one
 
 
+LOOP_REPEATS = 3
+"""A sentence this many times in a row is Whisper looping, not a caller: people say a thing twice, not thrice."""
+
+
 def collapse_repeats(text: str) -> str:
-    """Whisper caught in a loop writes a sentence again and again to its token cap ("How are you doing today?
-    How are you doing today? ..."), and the turn's prompt then overflows the LM's context: a sentence said again
-    right after itself is kept once."""
-    kept: list[str] = []
+    """A caller's turn as the LM should get it. Whisper caught in a loop writes a sentence again and again to its
+    token cap ("How are you doing today? How are you doing today? ..."), and the turn's prompt then overflows the
+    LM's context: a run of :data:`LOOP_REPEATS` or more of one sentence is kept once (a sentence said twice stays
+    twice). Not for transcripts of recordings, which may well repeat themselves."""
+    runs: list[list[str]] = []
     for sentence in (s.strip() for s in _SENTENCE_END.split(text)):
-        if sentence and not (kept and normalize_text(sentence) == normalize_text(kept[-1])):
-            kept.append(sentence)
-    return " ".join(kept)
+        if sentence and runs and normalize_text(sentence) == normalize_text(runs[-1][0]):
+            runs[-1].append(sentence)
+        elif sentence:
+            runs.append([sentence])
+    return " ".join(" ".join(run[:1] if len(run) >= LOOP_REPEATS else run) for run in runs)
 
 
 def guard_reason(text: str, no_speech_prob: float, avg_logprob: float, config: AsrConfig) -> str | None:
@@ -258,7 +265,7 @@ class WhisperAsr:
             rejected = guard_reason(text, no_speech, logprob, cfg)
         compute_ms = 1000 * (time.perf_counter() - start)
         return Transcription(
-            "" if rejected else collapse_repeats(text), text, audio_ms, compute_ms, no_speech, logprob, rejected
+            "" if rejected else text, text, audio_ms, compute_ms, no_speech, logprob, rejected
         )
 
     async def transcribe_async(

@@ -28,7 +28,7 @@ import numpy as np
 
 from dlm.engine import PromptTooLong
 from dlm.tools.calls import ToolCall
-from voice.asr import StreamingTranscriber
+from voice.asr import StreamingTranscriber, collapse_repeats
 from voice.audio import PcmFrame, Resampler, as_pcm16, check_rate
 from voice.chunker import ClauseChunker
 from voice.config import PipelineConfig
@@ -320,7 +320,7 @@ class VoicePipeline:
         """The final transcript is ready before the hangover ran out: start answering, audio held back."""
         if turn.ended or turn.speculative_final is not task or task.cancelled() or task.exception() is not None:
             return
-        text = task.result().text.strip()
+        text = collapse_repeats(task.result().text)
         if not text or self._unanswered is not None or self._closed:
             return
         turn.stamps_before_reply = set(turn.trace.stamps)
@@ -395,7 +395,7 @@ class VoicePipeline:
                 turn.partials_task.cancel()
             final = await turn.transcriber.final()
             turn.trace.mark("asr_final")
-            text = final.text.strip()
+            text = collapse_repeats(final.text)
             reply = turn.interrupts
             if not text:  # noise or silence: no turn after all
                 if reply is not None and reply.paused and not reply.dropped:

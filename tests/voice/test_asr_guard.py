@@ -33,7 +33,8 @@ def test_normalize_text() -> None:
 
 @pytest.mark.parametrize(("heard", "kept"), [
     ("How are you doing today? " * 20, "How are you doing today?"),  # a decoding loop to the token cap
-    ("Stop. stop! What time is it? What time is it", "Stop. What time is it?"),
+    ("Stop. stop! stop. What time is it? What time is it? What time is it", "Stop. What time is it?"),
+    ("Stop. Stop. What time is it?", "Stop. Stop. What time is it?"),  # said twice: a caller, as heard
     ("What is 3.5 times 2? It is 7.", "What is 3.5 times 2? It is 7."),  # nothing repeated: as heard
     ("", ""),
 ])
