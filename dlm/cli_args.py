@@ -74,25 +74,28 @@ def finite_float(text: str) -> float:
 
 
 def threshold(text: str) -> float:
-    """A confidence threshold the decoders take."""
+    """A confidence threshold the decoders take (`dlm.decoding.confidence.check_pass_rule`)."""
+    from dlm.decoding.confidence import check_pass_rule  # torch: only for the commands that decode
+
     value = finite_float(text)
-    _pass_rule(value, None)
+    _as_argument_error(check_pass_rule, value, None)
     return value
 
 
 def factor(text: str) -> float:
-    """A factor of the factor rule the decoders take."""
+    """A factor of the factor rule the decoders take (`dlm.decoding.confidence.check_pass_rule`)."""
+    from dlm.decoding.confidence import check_pass_rule  # torch: only for the commands that decode
+
     value = finite_float(text)
-    _pass_rule(None, value)
+    _as_argument_error(check_pass_rule, None, value)
     return value
 
 
-def _pass_rule(threshold: float | None, factor: float | None) -> None:
-    """The decoders' own check of a pass rule (`dlm.decoding.confidence.check_pass_rule`), as argparse's error."""
-    from dlm.decoding.confidence import check_pass_rule  # torch: only for the commands that decode
-
+def _as_argument_error(check: Callable[..., T], *args: object) -> T:
+    """``check(*args)``, its ValueError (a CheckpointError too) raised as argparse's error for the argument: the
+    project's own checks, run when the arguments are read."""
     try:
-        check_pass_rule(threshold, factor)
+        return check(*args)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -130,10 +133,7 @@ def present_device(text: str) -> str:
     that places tensors itself rather than through ``dlm.checkpoint.placement``."""
     from dlm.checkpoint import placement  # torch: only for the commands that run a model
 
-    try:
-        where, _ = placement(device(text))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    where, _ = _as_argument_error(placement, device(text))
     return str(where)
 
 
@@ -150,12 +150,8 @@ def checkpoint(text: str) -> str:
     """A checkpoint directory whose config.json describes a model this engine runs (the weights and the
     tokenizer are checked when they are loaded; catch :class:`dlm.config.CheckpointError` there too)."""
     from dlm.checkpoint import load_config  # torch: only for the commands that load a model
-    from dlm.config import CheckpointError
 
-    try:
-        load_config(text)
-    except CheckpointError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    _as_argument_error(load_config, text)
     return text
 
 
