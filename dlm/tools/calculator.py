@@ -10,11 +10,10 @@ import ast
 import math
 import operator
 
-from dlm.tools.numbers import MAX_SPOKEN, join_digit_groups
+from dlm.tools.numbers import join_digit_groups, sayable
 
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64
-MAX_MAGNITUDE = MAX_SPOKEN  # a result the reply could not say is refused here, with a reason
 
 _BINARY = {
     ast.Add: operator.add,
@@ -58,11 +57,8 @@ def _parse(expression: str) -> ast.Expression:
 
 
 def _check(value: int | float) -> int | float:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("result is not a finite number")
-    if abs(value) >= MAX_MAGNITUDE:
-        raise ValueError("result is too large")
-    return value
+    """Every step's value, as the reply could say it: a result it could not is refused here, with a reason."""
+    return sayable(value, "result")
 
 
 def _eval(node: ast.AST) -> int | float:

@@ -87,6 +87,16 @@ def _decimal_text(x: float) -> str:
     return format(Decimal(repr(x)), "f")
 
 
+def sayable(x: float, what: str) -> float:
+    """``x``, when a reply could say it (finite, under :data:`MAX_SPOKEN`); else a ValueError saying ``what`` is
+    not (``what``, not ``x``: 10**400 has too many digits for a message)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"{what} is not a finite number")
+    if abs(x) >= MAX_SPOKEN:
+        raise ValueError(f"{what} is too large")
+    return x
+
+
 def join_digit_groups(text: str) -> str:
     """``text`` with the commas that group digits taken out: "1,500" is one number, fifteen hundred."""
     return _DIGIT_GROUP_COMMA.sub("", text)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cache
 
-from dlm.tools.numbers import MAX_SPOKEN
+from dlm.tools.numbers import sayable
 
 
 @dataclass(frozen=True)
@@ -60,20 +59,10 @@ def convert(value: float, from_unit: str, to_unit: str) -> float:
         raise ValueError(f"unknown unit {err.args[0]!r}; known units: {', '.join(UNITS)}") from None
     if src.dimension != dst.dimension:
         raise ValueError(f"cannot convert {src.dimension} ({from_unit}) to {dst.dimension} ({to_unit})")
-    base = _sayable(value, "value") * src.scale + src.offset
+    base = sayable(value, "the value") * src.scale + src.offset
     if src.dimension == "temperature" and base < ABSOLUTE_ZERO - _ABSOLUTE_ZERO_SLACK:
         raise ValueError(f"{value} {src.plural} is below absolute zero")
-    return _sayable((base - dst.offset) / dst.scale, "result")
-
-
-def _sayable(x: float, what: str) -> float:
-    """``x``, when it is a finite number smaller than :data:`MAX_SPOKEN`; else a ValueError naming ``what``
-    (not ``x``: 10**400 has too many digits for a message)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        raise ValueError(f"the {what} is not a finite number")
-    if abs(x) >= MAX_SPOKEN:
-        raise ValueError(f"the {what} is too large")
-    return x
+    return sayable((base - dst.offset) / dst.scale, "the result")
 
 
 @cache
