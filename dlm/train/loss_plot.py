@@ -159,12 +159,12 @@ def redraw(state_dir: Path) -> list[Path]:
     if not state_path.is_file() and not seeds:
         raise RunConfigError(f"{state_path}: no run state there, nor a race's in {state_dir / 'candidates'}")
     drawn = []
-    if state_path.is_file():
-        state = load_state(state_path)
+    state = load_state(state_path) if state_path.is_file() else None
+    if state is not None:
         drawn.append(write_run_plot(state_dir, state["losses"], saved_phase_starts(state)))
     if seeds:
-        until_loss = load_state(next(iter(seeds.values())))["config"]["curriculum"]["until_loss"]
-        drawn.append(write_race_plot(state_dir, seeds, until_loss or None))
+        config = (state or load_state(next(iter(seeds.values()))))["config"]  # any state of the run holds it
+        drawn.append(write_race_plot(state_dir, seeds, config["curriculum"]["until_loss"] or None))
     return drawn
 
 
