@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import time
+import wave
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,13 @@ def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"reference fixtures not found at {FIXTURES} (../shared must sit beside the checkout)")
     return FIXTURES
+
+
+def read_wav(path: Path) -> tuple[np.ndarray, int]:
+    """A 16-bit mono WAV the project wrote, as ``(samples, sample_rate)``."""
+    with wave.open(str(path), "rb") as wav:
+        assert (wav.getnchannels(), wav.getsampwidth()) == (1, 2), path
+        return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2"), wav.getframerate()
 
 
 def noise_burst(rate: int, seconds: float = 0.8) -> np.ndarray:

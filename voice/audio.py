@@ -230,21 +230,6 @@ class AudioBuffer:
         return dropped
 
 
-def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
-    """Read a 16-bit mono WAV file; return ``(samples, sample_rate)``."""
-    with wave.open(str(path), "rb") as wav:
-        width, channels, rate = wav.getsampwidth(), wav.getnchannels(), wav.getframerate()
-        if width != 2:
-            raise AudioFormatError(f"{path}: expected 16-bit samples, got {8 * width}-bit")
-        if channels != 1:
-            raise AudioFormatError(f"{path}: expected mono audio, got {channels} channels")
-        try:
-            check_rate(rate)
-        except AudioFormatError as err:
-            raise AudioFormatError(f"{path}: {err}") from None
-        return pcm_from_bytes(wav.readframes(wav.getnframes())), rate
-
-
 def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
     """Write int16 mono PCM as a WAV file."""
     pcm = as_pcm16(samples)

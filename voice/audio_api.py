@@ -8,20 +8,18 @@ the server hands over the instances its voice pipeline already warmed.
 from __future__ import annotations
 
 import asyncio
-import io
-import itertools
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import av
 import numpy as np
 from aiohttp import BodyPartReader, MultipartReader, web
 
 from dlm.api.errors import APIError, bad_request, error_middleware
 from dlm.api.limits import ApiLimits, ConcurrencyGate, read_json
 from voice.asr import ASR_RATE, Transcription, WhisperAsr
+from voice.audio_decode import AudioDecodeError, decode_audio
 from voice.tts import PiperTts
 
 SPEECH_RATE = 24000  # OpenAI's wav and pcm speech are 24 kHz 16-bit mono
@@ -31,9 +29,6 @@ SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "
 SPEECH_FORMATS = ("wav", "pcm")
 MAX_FIELD_BYTES = 4096
 """Longest text field of a transcription form: they hold names and numbers; only 'file' is large."""
-UPLOAD_RATES = (8000, 192000)
-"""Sample rates transcribed, telephone to studio audio. Below them a header is lying: 32 KB of samples said to be
-at 1 Hz had decoded to 4.4 hours at 16 kHz (22 GB, 3 minutes of CPU)."""
 MAX_UPLOAD_SECONDS = 600
 """Longest recording transcribed: bounds the decoded audio (~19 MB) and the Whisper time it shares with the live
 calls (~20 windows of 30 s)."""
@@ -128,77 +123,11 @@ async def _read_part(part: BodyPartReader, limit: int, max_bytes: int) -> bytes:
 
 
 def _decode_upload(data: bytes) -> np.ndarray:
-    """Any container/codec PyAV reads, as 16 kHz mono int16 PCM of at most MAX_UPLOAD_SECONDS."""
+    """The uploaded recording as 16 kHz mono int16 PCM of at most MAX_UPLOAD_SECONDS, or a 400 naming why not."""
     try:
-        with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
-            stream = _audio_stream(container)
-            pcm = _resampled(_frames(container, stream), MAX_UPLOAD_SECONDS * ASR_RATE)
-    except av.FFmpegError as exc:
-        raise bad_request(f"could not decode the audio file ({type(exc).__name__}: {exc})", "file") from None
-    if pcm.size == 0:
-        raise bad_request("the audio file contains no samples", "file")
-    return pcm
-
-
-def _audio_stream(container: av.container.InputContainer) -> av.AudioStream:
-    """The first audio stream, refused before decoding when its sample rate or the length it declares is out of
-    bounds: decoding costs what the header claims, whatever the size of the file."""
-    if not container.streams.audio:
-        raise bad_request("the file holds no audio stream", "file")
-    stream = container.streams.audio[0]
-    low, high = UPLOAD_RATES
-    if not low <= stream.sample_rate <= high:
-        raise bad_request(f"the audio's sample rate is {stream.sample_rate} Hz; transcription takes {low} to "
-                          f"{high} Hz", "file")
-    if stream.duration is not None and stream.time_base is not None:
-        seconds = float(stream.duration * stream.time_base)
-    else:
-        seconds = (container.duration or 0) / av.time_base
-    if seconds > MAX_UPLOAD_SECONDS:
-        raise _too_long(f"{seconds:.0f} s long")
-    return stream
-
-
-def _too_long(what: str) -> APIError:
-    return bad_request(f"the audio is {what}; transcription takes at most {MAX_UPLOAD_SECONDS} s", "file")
-
-
-def _frames(container: av.container.InputContainer, stream: av.AudioStream) -> Iterator[av.AudioFrame]:
-    """The stream's frames, less those that fail to decode (as faster-whisper does: one damaged MP3 frame should
-    not lose the recording)."""
-    for packet in container.demux(stream):
-        try:
-            yield from packet.decode()
-        except av.InvalidDataError:
-            continue
-
-
-def _resampled(frames: Iterable[av.AudioFrame], max_samples: int) -> np.ndarray:
-    """16 kHz mono int16, refused as soon as it passes `max_samples`: a header can understate the length."""
-    pieces: list[np.ndarray] = []
-    total = 0
-    for out in _converted(frames):
-        pieces.append(out.to_ndarray().reshape(-1))
-        total += len(pieces[-1])
-        if total > max_samples:
-            raise _too_long(f"over {max_samples / ASR_RATE:.0f} s long once decoded")
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)
-
-
-def _converted(frames: Iterable[av.AudioFrame]) -> Iterator[av.AudioFrame]:
-    """The frames as 16 kHz mono s16, with a fresh resampler wherever their rate, layout or sample format
-    changes: recordings joined end to end (44.1 kHz then 8 kHz, mono then stereo) had failed one fixed
-    resampler midway, a 500."""
-    resampler, setup = None, None
-    for frame in itertools.chain(frames, [None]):  # None: the end, which flushes the last resampler
-        here = None if frame is None else (frame.sample_rate, frame.layout.name, frame.format.name)
-        if resampler is not None and here != setup:
-            yield from resampler.resample(None)
-            resampler = None
-        if frame is not None:
-            if resampler is None:
-                resampler, setup = av.AudioResampler(format="s16", layout="mono", rate=ASR_RATE), here
-            yield from resampler.resample(frame)
+        return decode_audio(data, ASR_RATE, MAX_UPLOAD_SECONDS)
+    except AudioDecodeError as err:
+        raise bad_request(str(err), "file") from None
 
 
 async def transcriptions(request: web.Request) -> web.StreamResponse:

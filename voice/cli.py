@@ -33,9 +33,10 @@ class CliError(RuntimeError):
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    run = sub.add_parser("run", help="speak WAV files into the pipeline; write what the caller heard")
-    run.add_argument("inputs", nargs="+", type=Path, metavar="INPUT.wav",
-                     help="16-bit mono WAV files, spoken as successive turns of one conversation")
+    run = sub.add_parser("run", help="speak recordings into the pipeline; write what the caller heard")
+    run.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
+                     help="recordings in any format FFmpeg reads (WAV of any sample width, rate or channel count, "
+                          "FLAC, MP3, Ogg), spoken as successive turns of one conversation")
     run.add_argument("--out", type=output_path, help="WAV file for the assistant's audio, time-aligned with the input")
     run.add_argument("--trace", type=output_path, help="append one JSON line per turn to this file")
     run.add_argument("--fast", action="store_true",

@@ -1,4 +1,4 @@
-"""File mode: a simulated caller that speaks WAV files into a pipeline and records what it hears back.
+"""File mode: a simulated caller that speaks recordings into a pipeline and records what it hears back.
 
 The caller lives on one timeline of 20 ms ticks, like a real transport: each tick it sends 20 ms of
 its own audio (a file being spoken, or silence) and plays 20 ms of whatever assistant audio it holds,
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import wave
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,12 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from voice.audio import AudioFormatError, read_wav, resample
+from voice.audio_decode import AudioDecodeError, decode_audio
 from voice.events import AudioCleared, AudioOut, PipelineEvent, ResponseDone
 from voice.pipeline import VoicePipeline
 from voice.trace import MARKS
 
 TICK_S = 0.02
+MAX_INPUT_SECONDS = 600
+"""Longest recording spoken as one turn, as the transcription API's limit."""
 CALLER_RATE = 16000
 _TICK_IN = int(CALLER_RATE * TICK_S)
 
@@ -41,21 +42,17 @@ class FileModeError(ValueError):
 
 
 def load_input(path: str | Path) -> np.ndarray:
-    """A WAV file as 16 kHz int16 mono, with an error that names the file and the problem."""
+    """A recording in any format FFmpeg reads as 16 kHz int16 mono, with an error that names the file and the
+    problem."""
     path = Path(path)
     if path.is_dir():
-        raise FileModeError(f"{path}: a directory, not a WAV file")
+        raise FileModeError(f"{path}: a directory, not an audio file")
     if not path.is_file():
         raise FileModeError(f"{path}: no such file")
     try:
-        samples, rate = read_wav(path)
-    except (wave.Error, EOFError) as err:
-        raise FileModeError(f"{path}: not a readable WAV file ({str(err) or 'truncated header'})") from None
-    except AudioFormatError as err:
-        raise FileModeError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
-    if len(samples) == 0:
-        raise FileModeError(f"{path}: the file holds no audio")
-    return resample(samples, rate, CALLER_RATE)
+        return decode_audio(path, CALLER_RATE, MAX_INPUT_SECONDS)
+    except AudioDecodeError as err:
+        raise FileModeError(f"{path}: {err}") from None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import openai
 import pytest
 from aiohttp import web
 
-from dlm.api.errors import APIError
 from dlm.api.limits import ApiLimits
 from dlm.api.live_server import LiveServer
 from tests.conftest import NOISE_FREE_VOICE
@@ -29,8 +28,6 @@ from voice.audio_api import (
     MAX_UPLOAD_SECONDS,
     SPEECH_RATE,
     AudioModels,
-    _frames,
-    _resampled,
     add_audio_routes,
 )
 from voice.tts import PiperTts, TtsConfig
@@ -94,7 +91,7 @@ def test_transcribes_synthesised_speech(audio_client, spoken_wav, fmt):
 
 
 def test_bad_audio_is_a_400(audio_client):
-    with pytest.raises(openai.BadRequestError, match="could not decode the audio"):
+    with pytest.raises(openai.BadRequestError, match="not a readable audio file"):
         audio_client.audio.transcriptions.create(model="whisper-1", file=("x.wav", b"RIFF not really audio"))
 
 
@@ -173,13 +170,6 @@ def test_recordings_joined_end_to_end_are_transcribed(audio_client, spoken_wav):
     joined = _mp3(samples, rate) + _mp3(resample(samples, rate, 8000), 8000, "stereo")
     text = _transcribe(audio_client, joined).lower()
     assert text.count("paris") == 2, text
-
-
-def test_decoding_stops_at_the_cap_whatever_the_header_says():
-    """Headers can understate a stream's length (a WAV's is taken from the file size); the decoder counts."""
-    with (av.open(io.BytesIO(_wav(np.zeros(2 * ASR_RATE), ASR_RATE))) as container,
-          pytest.raises(APIError, match="over 1 s long once decoded")):
-        _resampled(_frames(container, container.streams.audio[0]), ASR_RATE)
 
 
 def test_uploads_leave_live_passes_room(audio_server, spoken_wav):

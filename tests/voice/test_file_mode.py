@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from dlm.cli import DEMO_CHECKPOINT
-from tests.conftest import NOISE_FREE_VOICE
-from voice.audio import read_wav, write_wav
+from tests.conftest import NOISE_FREE_VOICE, read_wav
+from voice.audio import write_wav
 from voice.cli import main
 from voice.file_mode import CALLER_RATE, FileModeError, format_turn_table, load_input
 from voice.pipeline import first_audible
@@ -28,31 +28,34 @@ def test_missing_and_malformed_inputs_are_named(tmp_path: Path) -> None:
         load_input(tmp_path / "nope.wav")
     text = tmp_path / "text.wav"
     text.write_text("hello")
-    with pytest.raises(FileModeError, match="text.wav: not a readable WAV file"):
+    with pytest.raises(FileModeError, match="text.wav: not a readable audio file"):
         load_input(text)
+    empty = tmp_path / "empty.wav"
+    write_wav(empty, np.zeros(0, dtype=np.int16), 16000)
+    with pytest.raises(FileModeError, match="empty.wav: the audio file contains no samples"):
+        load_input(empty)
+    with pytest.raises(FileModeError, match="a directory, not an audio file"):  # had said "no such file"
+        load_input(tmp_path)
+    zero = tmp_path / "zero.wav"
+    zero.write_bytes(b"")
+    with pytest.raises(FileModeError, match="zero.wav: not a readable audio file"):
+        load_input(zero)
+
+
+def test_recordings_as_people_make_them_are_spoken(tmp_path: Path) -> None:
+    """Stereo and recordings cut mid-sample are read as a player reads them: Python's `wave` had refused stereo,
+    and a WAV a byte short had been refused whole."""
     stereo = tmp_path / "stereo.wav"
     with wave.open(str(stereo), "wb") as w:
         w.setnchannels(2)
         w.setsampwidth(2)
         w.setframerate(16000)
-        w.writeframes(b"\0" * 400)
-    with pytest.raises(FileModeError, match="stereo.wav: expected mono"):
-        load_input(stereo)
-    empty = tmp_path / "empty.wav"
-    write_wav(empty, np.zeros(0, dtype=np.int16), 16000)
-    with pytest.raises(FileModeError, match="holds no audio"):
-        load_input(empty)
-    with pytest.raises(FileModeError, match="a directory, not a WAV file"):  # had said "no such file"
-        load_input(tmp_path)
-    zero = tmp_path / "zero.wav"
-    zero.write_bytes(b"")
-    with pytest.raises(FileModeError, match=r"zero.wav: not a readable WAV file \(truncated header\)"):  # "()"
-        load_input(zero)
+        w.writeframes(np.tile(np.int16(1000), 2 * 1600).astype("<i2").tobytes())
+    assert np.abs(load_input(stereo).astype(int) - 1000).max() <= 1  # both channels 1000: their mix is 1000
     odd = tmp_path / "odd.wav"
     write_wav(odd, np.zeros(100, dtype=np.int16), 16000)
     odd.write_bytes(odd.read_bytes()[:-1])  # a byte short: the last sample is cut in half
-    with pytest.raises(FileModeError, match="odd.wav: "):  # had not named the file
-        load_input(odd)
+    assert len(load_input(odd)) == 99
 
 
 def test_cli_reports_bad_input_without_loading_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
