@@ -43,7 +43,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                      help="do not wait for the clock: compute time takes no room on the timeline")
     run.add_argument("--barge-in-at", type=finite_float, metavar="SECONDS",
                      help="speak each next input this far into the assistant's previous answer")
-    run.add_argument("--config", default="default", help="configs/NAME.toml or a TOML path (default: default)")
+    _add_config(run)
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default="default",
+                        help="a voice profile in configs/ by name, or a TOML path; a name that is not one lists the "
+                             "profiles (default: default)")
 
 
 def _transport_module(command: str) -> object:
@@ -63,7 +69,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     _add_run(sub)
     for command, (_, help_text) in _TRANSPORTS.items():
         sp = sub.add_parser(command, help=help_text)
-        sp.add_argument("--config", default="default", help="configs/NAME.toml or a TOML path")
+        _add_config(sp)
         if argv and argv[0] == command:
             add_arguments = getattr(_transport_module(command), "add_arguments", None)
             if add_arguments is not None:

@@ -187,14 +187,19 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def voice_profiles() -> list[str]:
+    """The names of the voice assistant's profiles in ``configs/``; the training configs beside them (those with a
+    ``[train]`` section) are not among them."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml") if "train" not in read_toml(p, ConfigError))
+
+
 def config_path(name: str) -> Path:
     """``configs/NAME.toml`` for a bare name, else the path itself."""
     if name.endswith(".toml") or "/" in name:
         return Path(name)
     path = CONFIG_DIR / f"{name}.toml"
     if not path.is_file():
-        known = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
-        raise ConfigError(f"no config named {name!r}; available: {', '.join(known)}")
+        raise ConfigError(f"no config named {name!r}; voice profiles: {', '.join(voice_profiles())}")
     return path
 
 
@@ -203,6 +208,10 @@ def load_config(name: str = DEFAULT_NAME) -> PipelineConfig:
     values = read_toml(CONFIG_DIR / f"{DEFAULT_NAME}.toml", ConfigError)
     path = config_path(name)
     if path.resolve() != (CONFIG_DIR / f"{DEFAULT_NAME}.toml").resolve():
-        values = _merge(values, read_toml(path, ConfigError))
+        profile = read_toml(path, ConfigError)
+        if "train" in profile:
+            raise ConfigError(f"{path} is a training config (python -m dlm.train --config {path}), not a voice "
+                              f"profile; voice profiles: {', '.join(voice_profiles())}")
+        values = _merge(values, profile)
     values["name"] = path.stem
     return _build(PipelineConfig, values, str(path))

@@ -99,8 +99,10 @@ def test_profiles_override_the_defaults() -> None:
 
 
 def test_config_errors_name_the_problem(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="no config named 'nope'.*default"):
-        load_config("nope")
+    with pytest.raises(ConfigError, match="no config named 'nope'; voice profiles: cpu-demo, default, gpu, phone$"):
+        load_config("nope")  # the training configs beside them had been listed as profiles
+    with pytest.raises(ConfigError, match=r"demo.toml is a training config \(python -m dlm.train --config "):
+        load_config("demo")  # had been "unknown setting(s) curriculum, data, ..."
     bad = tmp_path / "bad.toml"
     bad.write_text("[vad]\nhangover = 300\n")
     with pytest.raises(ConfigError, match=r"vad: unknown setting\(s\) hangover"):
