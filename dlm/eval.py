@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -265,6 +266,15 @@ class Tally:
         return hit / total if total else float("nan")
 
 
+_GLUED_REPEAT = re.compile(r"\b([a-z]{2,})\1\b")
+
+
+def stutters(reply: str) -> bool:
+    """Whether the reply writes a word twice with nothing between ("2 plusplus 2"): what two neighbouring
+    positions decoded in one pass write when both expect the same word. No reply of the training data does."""
+    return _GLUED_REPEAT.search(reply.lower()) is not None
+
+
 def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ...] = EFFORTS,
              failures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The figures over the dialogues of `sample` that fit the model's context (`too_long` counts the rest).
@@ -304,6 +314,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
                 correct = not emitted and example.reply_is_correct(assistant.text(first.ids))
             tally.add(f"answer_correct/{effort}", correct)
             tally.add(f"answer_correct/{effort}/{example.intent}", correct)
+            tally.add(f"stuttered/{effort}", stutters(assistant.text(reply.ids if example.call else first.ids)))
             if effort != lead:
                 continue
             lead_correct, lead_ids = correct, first.ids
@@ -342,6 +353,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         "effort": lead,
         "tool_call_exact": tally.rate(f"tool_call_exact/{lead}"),
         "answer_correct": tally.rate(f"answer_correct/{lead}"),
+        "stuttered_replies": tally.rate(f"stuttered/{lead}"),
         "valid_json_constrained": tally.rate("valid_json_constrained"),
         "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{lead}"),
         "tool_call_exact_constrained": tally.rate("tool_call_exact_constrained"),
@@ -355,7 +367,8 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         "grounded_redone": tally.rate("grounded_redone"),
         "by_effort": {e: {"tool_call_exact": tally.rate(f"tool_call_exact/{e}"),
                           "answer_correct": tally.rate(f"answer_correct/{e}"),
-                          "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}")}
+                          "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}"),
+                          "stuttered_replies": tally.rate(f"stuttered/{e}")}
                       for e in efforts},
         "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{lead}/{i}") for i in intents},
         "tool_call_exact_by_intent": {i: tally.rate(f"tool_call_exact/{lead}/{i}") for i in intents
@@ -370,7 +383,7 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"held-out dialogues: {report['examples']}"
              + (f" ({too_long} left out: longer than the model's context)" if too_long else ""), "",
              f"{'metric':<28}" + "".join(f"{e:>10}" for e in efforts)]
-    for metric in ("tool_call_exact", "answer_correct", "valid_json_unconstrained"):
+    for metric in ("tool_call_exact", "answer_correct", "valid_json_unconstrained", "stuttered_replies"):
         lines.append(f"{metric:<28}" + "".join(f"{report['by_effort'][e][metric]:>10.1%}" for e in efforts))
     lines.append(f"{'tokens_per_forward':<28}" + "".join(f"{report['tokens_per_forward'][e]:>10.2f}" for e in efforts))
     lines += ["", f"{'valid_json_constrained':<28}{report['valid_json_constrained']:>10.1%}",

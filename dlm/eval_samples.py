@@ -18,7 +18,7 @@ from typing import Any
 # the four samples docs/demo-model.md averages over: `--limit 200`, `600 --seed 11`, `300 --seed 23`, `300 --seed 37`
 DOCS_SAMPLES = "200:1,600:11,300:23,300:37"
 HEADLINE = ("tool_call_exact", "answer_correct", "tool_call_exact_grounded", "answer_correct_grounded",
-            "valid_json_unconstrained", "valid_json_constrained")
+            "valid_json_unconstrained", "valid_json_constrained", "stuttered_replies")
 BY_INTENT = ("answer_correct_by_intent", "tool_call_exact_by_intent", "answer_correct_grounded_by_intent")
 
 
@@ -85,11 +85,12 @@ def call_errors_line(effort: str, errors: dict[str, int], scope: str = "") -> st
 
 def format_summary(samples: list[Sample], reports: list[dict[str, Any]], mean: dict[str, Any]) -> str:
     effort = reports[0]["effort"]
-    header = f"{'sample':<10}{'dialogues':>10}{'calls':>9}{'answers':>9}{'grounded calls':>16}{'answers':>9}{'tok/pass':>10}"
+    header = f"{'sample':<10}{'dialogues':>10}{'calls':>9}{'answers':>9}{'grounded calls':>16}{'answers':>9}{'tok/pass':>10}{'stutter':>9}"
 
     def row(name: str, dialogues: str, figures: dict[str, Any], tokens: float) -> str:
         return (f"{name:<10}{dialogues:>10}{figures['tool_call_exact']:>9.1%}{figures['answer_correct']:>9.1%}"
-                f"{figures['tool_call_exact_grounded']:>16.1%}{figures['answer_correct_grounded']:>9.1%}{tokens:>10.2f}")
+                f"{figures['tool_call_exact_grounded']:>16.1%}{figures['answer_correct_grounded']:>9.1%}{tokens:>10.2f}"
+                f"{figures['stuttered_replies']:>9.1%}")
 
     lines = [f"held-out samples at {effort} (calls and answers free, then grounded as the voice stage decodes):",
              header]
