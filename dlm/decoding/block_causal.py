@@ -43,6 +43,7 @@ from dlm.decoding.confidence import (
     fusable,
     pick_tokens,
     pick_tokens_fused,
+    without_parallel_repeats,
 )
 from dlm.decoding.logit_bias import LogitBias, bias_line
 from dlm.decoding.prefill import ChunkForward, prefill_blocks
@@ -269,7 +270,8 @@ def _select(
         return above_threshold_fused(logits, policy.sampling, policy.threshold, generator)
     picked, conf = (pick_tokens_fused if fused else pick_tokens)(logits, policy.sampling, generator)
     every = torch.ones_like(conf, dtype=torch.bool)
-    return picked, by_rule(conf, every, policy.threshold, policy.factor, share, policy.in_order)
+    chosen = by_rule(conf, every, policy.threshold, policy.factor, share, policy.in_order)
+    return picked, without_parallel_repeats(picked, chosen) if policy.in_order and policy.adaptive else chosen
 
 
 @dataclass
@@ -369,7 +371,8 @@ def decode_passes(
             if shift and masked[0]:
                 if last_logits is None:
                     raise ValueError("a token-shift model needs the last committed logits to start a window")
-                token, _ = pick(_no_mask(last_logits[None].clone(), mask_id), policy.sampling, generator)
+                first = _no_mask(last_logits[None].clone(), mask_id)
+                token, _ = pick(bias.ban(first) if bias else first, policy.sampling, generator)
                 window[0], masked[0] = int(token[0]), False
             else:
                 sub = policy.sub_block or len(window)

@@ -164,6 +164,21 @@ def leftmost_run(conf: torch.Tensor, candidates: torch.Tensor, threshold: float 
     return candidates & (run | (rank == 1))
 
 
+def without_parallel_repeats(picked: torch.Tensor, run: torch.Tensor) -> torch.Tensor:
+    """A leftmost run (:func:`leftmost_run`) cut before the first token that repeats the one just before it in the
+    same run.
+
+    Positions decoded in one pass are predicted independently of each other, so two neighbours that both expect
+    a word the context makes likely both write it: "2 plusplus 2 equals four" on the demo checkpoint, the copy
+    bias toward the caller's "plus" on both. Cut there, the second position is decoded again in the next pass
+    with the first one's word in view; a word that really repeats ("11", "no no") still comes, one pass later.
+    For the rules that size a pass by confidence only: a fixed schedule's count is the reference's. No host
+    sync."""
+    repeat = torch.zeros_like(run)
+    repeat[1:] = (picked[1:] == picked[:-1]) & run[:-1]
+    return run & torch.cumprod(~repeat, 0).bool()
+
+
 def by_rule(conf: torch.Tensor, candidates: torch.Tensor, threshold: float | None, factor: float | None,
             count: int | None, in_order: bool = False) -> torch.Tensor:
     """The candidates one pass commits: every one above ``threshold``, else the factor rule's, else the

@@ -115,3 +115,12 @@ def test_a_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(engi
     timings = run_chat(engine, ["hi " * 140, "what is 2 plus 2", ""], out)
     assert "leaves no room in the context" in out.getvalue() and "say it in fewer words" in out.getvalue()
     assert len(timings) == 1  # the second message was answered
+
+
+def test_a_reply_writes_the_callers_word_once(engine: Engine) -> None:
+    """Two neighbouring positions decoded in one pass both expected "plus", copied from the question: the reply was
+    "2 plusplus 6 equals eight." (measured on the shipped checkpoint before `confidence.without_parallel_repeats`)."""
+    chat = TerminalChat(engine, io.StringIO())
+    chat.turn("What is 2 plus 6?")
+    reply = chat.history[-1]["content"]
+    assert "eight" in reply and "plusplus" not in reply, reply

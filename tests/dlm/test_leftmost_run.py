@@ -5,7 +5,7 @@ import torch
 
 from dlm.checkpoint import load_config, load_model
 from dlm.decoding.block_causal import BlockPolicy, CachedForward, decode
-from dlm.decoding.confidence import by_factor, factor_bar, leftmost_run
+from dlm.decoding.confidence import by_factor, factor_bar, leftmost_run, without_parallel_repeats
 from dlm.effort import Knobs, resolve
 from dlm.kv_cache import KVCache
 
@@ -40,6 +40,16 @@ def test_the_leftmost_candidate_always_commits_and_others_are_skipped():
     # already decoded positions (not candidates) neither break the run nor count as a rank
     assert run_of([0.0, 0.95, 1.0, 0.92, 0.5], [False, True, False, True, True], threshold=0.9) == [1, 3]
     assert run_of([0.2, 0.9, 0.9, 0.9], count=2) == [0, 1]  # a fixed share: the leftmost ones
+
+
+def test_a_run_stops_before_a_token_that_repeats_its_neighbour_in_the_same_pass():
+    def cut(picked: list[int], run: list[bool]) -> list[bool]:
+        return without_parallel_repeats(torch.tensor(picked), torch.tensor(run)).tolist()
+
+    assert cut([5, 9, 9, 7], [True, True, True, True]) == [True, True, False, False]  # "plus" "plus": one now
+    assert cut([9, 9], [True, False]) == [True, False]  # the leftmost always commits
+    assert cut([5, 7, 7], [True, True, False]) == [True, True, False]  # a repeat outside the run is no matter
+    assert cut([5, 7, 5, 7], [True] * 4) == [True] * 4  # only neighbours
 
 
 @pytest.mark.parametrize("factor", [0.5, 0.8, 1.5])
