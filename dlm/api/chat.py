@@ -53,8 +53,9 @@ def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[Generation
                           f"({state.context_length})", "messages", "context_length_exceeded")
     max_tokens = req.max_tokens or min(state.limits.max_completion_tokens, room)
     if max_tokens > room:
-        raise bad_request(f"the prompt ({n_prompt} tokens) plus max_tokens ({max_tokens}) exceeds the model's "
-                          f"context length ({state.context_length})", "max_tokens", "context_length_exceeded")
+        key = req.max_tokens_param
+        raise bad_request(f"the prompt ({n_prompt} tokens) plus {key} ({max_tokens}) exceeds the model's context "
+                          f"length ({state.context_length})", key, "context_length_exceeded")
     plan = plan_spans(req, state.tokenizer, state.engine.stop_ids)
     if plan is not None:
         try:
@@ -81,15 +82,14 @@ def _refuse_a_budget_no_answer_fits(req: ChatRequest, plan: SpanPlan, vocab: lis
     if max_tokens < least:
         what = "JSON answer" if req.json_schema is not None else "tool call"
         given = "" if req.max_tokens is not None else " (the most this server and prompt allow)"
-        raise bad_request(f"max_tokens is {max_tokens}{given}, and the shortest {what} this request allows takes "
-                          f"{least} tokens with its end: max_tokens must be at least {least}", "max_tokens")
+        key = req.max_tokens_param
+        raise bad_request(f"{key} is {max_tokens}{given}, and the shortest {what} this request allows takes {least} "
+                          f"tokens with its end: {key} must be at least {least}", key)
 
 
 async def _run(state: ApiState, req: ChatRequest, prompt: Prompt, spec: GenerationSpec, emit) -> ChoiceOutcome:
-    """A response_format answer is JSON throughout (or a call), so no stop string applies to it."""
     outcome = Outcome()
-    stops = () if req.json_schema is not None else req.stop
-    return await run_choice(state.generate(spec, outcome), outcome, stops, req.tool_choice == "auto",
+    return await run_choice(state.generate(spec, outcome), outcome, req.stop, req.tool_choice == "auto",
                             prompt.forced_prefix, emit)
 
 

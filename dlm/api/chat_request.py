@@ -14,12 +14,16 @@ from dlm.api.errors import APIError, bad_request
 from dlm.api.json_text import JsonTextError, loads_client_json
 from dlm.api.limits import ApiLimits
 from dlm.constrained import CompiledSchema, SchemaError, admits_a_value, check_schema
+from dlm.decoding.confidence import GREEDY_BELOW
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ACCEPTED_AND_IGNORED = {"user", "metadata", "store", "service_tier", "prediction", "safety_identifier",
                          "prompt_cache_key"}
+_SERVICE_TIERS = ("auto", "default", "flex", "priority", "scale")
+_MAX_TOKENS = ("max_completion_tokens", "max_tokens")  # OpenAI's name, then the one it deprecated
+_DEFS = ("$defs", "definitions")
 _KNOWN = {
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
     "top_p", "stop", "seed", "n", "reasoning_effort", "tools", "tool_choice", "parallel_tool_calls",
@@ -33,6 +37,7 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+    call_parameters: dict[str, Any]  # what its calls are decoded under: `parameters`, or what of them is enforceable
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
+    max_tokens_param: str = "max_tokens"  # the field the client set it with, which errors about it name
     temperature: float | None = None
     top_p: float | None = None
     stop: tuple[str, ...] = ()
@@ -60,6 +66,8 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits, writable: frozen
     if unknown:
         raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0])
     _refuse_unsupported(body)
+    _type_ignored(body)
+    _refuse_unkept_promises(body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a string", "model")
@@ -76,6 +84,10 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits, writable: frozen
     _bool(body, "parallel_tool_calls", True)  # one call per turn is what the decoder makes either way
     tool_choice, forced = _tool_choice(body.get("tool_choice"), tools)
     json_schema = _response_format(body.get("response_format"), writable)
+    stop = _stop(body.get("stop"))
+    if stop and json_schema is not None:
+        raise bad_request("'stop' cannot be used with a JSON response_format: a JSON answer is never cut by stop "
+                          "strings", "stop")
     if json_schema is not None and tool_choice in ("required", "function"):
         raise bad_request("a forced tool call and a JSON response_format cannot both shape the answer",
                           "tool_choice")
@@ -83,17 +95,21 @@ def parse_chat_request(body: dict[str, Any], limits: ApiLimits, writable: frozen
         for i, spec in enumerate(tools):
             if forced in (None, spec.name):
                 enforceable(spec.parameters, f"tools[{i}].function.parameters", writable)
+    max_tokens, max_tokens_param = _max_tokens(body, limits)
+    n = _n(body, limits)
+    temperature, top_p = _sampling(body, n)
     return ChatRequest(
         model=model,
         messages=_messages(body.get("messages")),
         stream=stream,
         include_usage=include_usage,
-        max_tokens=_max_tokens(body, limits),
-        temperature=_number(body, "temperature", 0.0, 2.0),
-        top_p=_number(body, "top_p", 0.0, 1.0, low_open=True),
-        stop=_stop(body.get("stop")),
+        max_tokens=max_tokens,
+        max_tokens_param=max_tokens_param,
+        temperature=temperature,
+        top_p=top_p,
+        stop=stop,
         seed=_seed(body),
-        n=_n(body, limits),
+        n=n,
         effort=_effort(body.get("reasoning_effort")),
         tools=tools,
         tool_choice=tool_choice,
@@ -113,6 +129,32 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
         raise bad_request("only the 'text' output modality is supported on this endpoint", "modalities")
+
+
+def _type_ignored(body: dict[str, Any]) -> None:
+    """Fields that change nothing here are still typed as OpenAI types them: a client's mistake in one is
+    reported, not passed over."""
+    for key in ("user", "safety_identifier", "prompt_cache_key"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise bad_request(f"'{key}' must be a string", key)
+    metadata = body.get("metadata")
+    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise bad_request("'metadata' must be an object of strings (string keys to string values)", "metadata")
+    if body.get("prediction") is not None and not isinstance(body["prediction"], dict):
+        raise bad_request("'prediction' must be an object", "prediction")
+
+
+def _refuse_unkept_promises(body: dict[str, Any]) -> None:
+    """`store: true` asks for a completion kept for later, and a `service_tier` other than auto/default for a
+    processing tier: this server has neither, and a client told yes would rely on them."""
+    if _bool(body, "store", False):
+        raise bad_request("'store' must be false or unset: this server stores no completions", "store")
+    tier = body.get("service_tier")
+    if tier is not None and tier not in _SERVICE_TIERS:
+        raise bad_request(f"'service_tier' must be one of {', '.join(_SERVICE_TIERS)}, got {tier!r}", "service_tier")
+    if tier not in (None, "auto", "default"):
+        raise bad_request(f"service_tier {tier!r} is not offered: this server has one tier: 'auto' or 'default'",
+                          "service_tier")
 
 
 def _bool(obj: dict[str, Any], key: str, default: bool, param: str | None = None) -> bool:
@@ -151,14 +193,35 @@ def _seed(body: dict[str, Any]) -> int | None:
     return value
 
 
-def _max_tokens(body: dict[str, Any], limits: ApiLimits) -> int | None:
-    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    value = _int(body, key)
-    if value is None:
-        return None
-    if not 1 <= value <= limits.max_completion_tokens:
+def _max_tokens(body: dict[str, Any], limits: ApiLimits) -> tuple[int | None, str]:
+    """The completion budget and the field that set it, for errors to name the one the client sent. Both fields
+    are checked; both may come (OpenAI deprecates max_tokens for max_completion_tokens), saying the same."""
+    given = {key: value for key in _MAX_TOKENS if (value := _int(body, key)) is not None}
+    if len(set(given.values())) > 1:
+        raise bad_request("'max_tokens' and 'max_completion_tokens' differ: send max_completion_tokens alone "
+                          "(max_tokens is its deprecated name)", "max_tokens")
+    key = next(iter(given), "max_tokens")
+    value = given.get(key)
+    if value is not None and not 1 <= value <= limits.max_completion_tokens:
         raise bad_request(f"'{key}' must be between 1 and {limits.max_completion_tokens}, got {value}", key)
-    return value
+    return value, key
+
+
+def _sampling(body: dict[str, Any], n: int) -> tuple[float | None, float | None]:
+    """temperature and top_p. Unset, the temperature decodes greedily, unless the request asks for samples (n > 1
+    or top_p < 1): then it is OpenAI's default, 1.0. A greedy one given with them is refused: it would answer n
+    identical choices, or a top_p that filters nothing out of the one likeliest token."""
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    top_p = _number(body, "top_p", 0.0, 1.0, low_open=True)
+    sampled = "n" if n > 1 else "top_p" if top_p is not None and top_p < 1 else None
+    if sampled is None:
+        return temperature, top_p
+    if temperature is None:
+        return 1.0, top_p
+    if temperature < GREEDY_BELOW:
+        raise bad_request(f"'{sampled}' asks for samples, but temperature {temperature:g} decodes greedily: give a "
+                          "temperature above 0, or none for OpenAI's default of 1", sampled)
+    return temperature, top_p
 
 
 def _n(body: dict[str, Any], limits: ApiLimits) -> int:
@@ -229,23 +292,30 @@ def _content(value: Any, role: str, where: str) -> str | None:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise bad_request(f"{where}[{i}]: only text content parts are supported", f"{where}[{i}]")
             texts.append(part["text"])
-        return "".join(texts)
+        return "\n".join(texts)
     raise bad_request(f"{where} must be a string or an array of text parts", where)
 
 
 def _history_tool_call(call: Any, where: str) -> dict[str, Any]:
-    """A past tool call as chat templates render it: arguments as an object, not a JSON string."""
+    """A past tool call as chat templates render it: arguments as an object where they are JSON."""
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise bad_request(f"{where} must be {{'type': 'function', 'function': {{'name': ...}}}}", where)
     arguments = fn.get("arguments", "{}")
-    if isinstance(arguments, str):
-        try:  # the client's JSON rules: no NaN, no lone surrogate, bounded nesting and digits
-            arguments = loads_client_json(arguments or "{}")
-        except JsonTextError as exc:
-            raise bad_request(f"{where}.function.arguments is not valid JSON: {exc}",
-                              f"{where}.function.arguments") from None
-    return {"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": arguments}}
+    return {"id": call.get("id"), "type": "function",
+            "function": {"name": fn["name"], "arguments": _history_arguments(arguments)}}
+
+
+def _history_arguments(arguments: Any) -> Any:
+    """The object a JSON string holds (read by the client JSON rules: no NaN, no lone surrogate, bounded nesting
+    and digits); any other string as written, for the template to render raw. OpenAI's API takes any string here,
+    and a call cut off by max_tokens (this server's own, finish `length`) comes back in a client's tool loop."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return loads_client_json(arguments or "{}")
+    except JsonTextError:
+        return arguments
 
 
 def _tools(value: Any, writable: frozenset[str] | None) -> tuple[ToolSpec, ...]:
@@ -267,8 +337,8 @@ def _tools(value: Any, writable: frozenset[str] | None) -> tuple[ToolSpec, ...]:
             raise bad_request(f"{where}.function.parameters must be a JSON schema of an object (a call's "
                               "arguments are one)", f"{where}.function.parameters")
         a_json_schema(params, f"{where}.function.parameters")
-        _auto_call_schema(params, f"{where}.function.parameters", fn.get("strict") is True, writable)
-        specs.append(ToolSpec(name, str(fn.get("description") or ""), params))
+        call_params = _auto_call_schema(params, f"{where}.function.parameters", fn.get("strict") is True, writable)
+        specs.append(ToolSpec(name, str(fn.get("description") or ""), params, call_params))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise bad_request("tool names must be unique", "tools")
@@ -312,17 +382,56 @@ def enforceable(schema: dict[str, Any] | bool, param: str, writable: frozenset[s
     _satisfiable(compiled, param)
 
 
-def _auto_call_schema(params: dict[str, Any], param: str, strict: bool, writable: frozenset[str] | None) -> None:
-    """An auto call under parameters the decoder cannot enforce is checked as any object, unless the caller
-    asked for `strict` (which also refuses a oneOf decoded as anyOf, as :func:`enforceable` does); enforced ones
-    must admit a value."""
+def _auto_call_schema(params: dict[str, Any], param: str, strict: bool,
+                      writable: frozenset[str] | None) -> dict[str, Any]:
+    """The arguments an auto call of this tool is decoded under: `params`, or where the decoder cannot enforce
+    them, as much of them as it can (:func:`_enforceable_part`), unless the caller asked for `strict` (which also
+    refuses a oneOf decoded as anyOf, as :func:`enforceable` does). An auto call should not turn a request away
+    over one exotic keyword, nor loosen the other tools' calls. What is enforced must admit a value."""
     try:
         compiled = CompiledSchema(params, writable, strict)
     except SchemaError as exc:
         if strict:
             raise bad_request(f"{param}: {exc}", param) from None
-        return
+        params = _enforceable_part(params, writable)
+        compiled = CompiledSchema(params, writable)
     _satisfiable(compiled, param)
+    return params
+
+
+def _enforceable_part(params: dict[str, Any], writable: frozenset[str] | None) -> dict[str, Any]:
+    """`params` loosened (:func:`_loosened`) until the decoder can enforce it, with its definitions for the refs
+    kept; any object where even that does not compile (a required key the vocabulary cannot write)."""
+    defs = {key: params[key] for key in _DEFS if key in params}
+    loose = {**defs, **_loosened(params, defs, writable)}
+    return loose if _compiles(loose, writable) else {"type": "object"}
+
+
+def _loosened(schema: Any, defs: dict[str, Any], writable: frozenset[str] | None) -> Any:
+    """`schema` where the decoder can enforce it; else an object with its required keys and its properties, each
+    loosened alike; else its type alone, or any value. Each step only widens what it admits, so no argument the
+    caller's schema takes is ruled out. additionalProperties is left open: a keyword dropped beside it
+    (patternProperties) may have allowed keys that it forbids."""
+    if _compiles({**defs, **schema} if isinstance(schema, dict) else schema, writable):
+        return schema
+    if not isinstance(schema, dict):
+        return {}
+    props = schema.get("properties")
+    if isinstance(props, dict) and schema.get("type", "object") == "object":
+        required = schema.get("required", [])
+        return {"type": "object", "required": required,
+                "properties": {key: _loosened(sub, defs, writable) for key, sub in props.items()}}
+    typed = {"type": schema["type"]} if "type" in schema else {}
+    return typed if _compiles(typed, writable) else {}
+
+
+def _compiles(schema: Any, writable: frozenset[str] | None) -> bool:
+    """Whether the decoder can enforce `schema` (with this vocabulary)."""
+    try:
+        CompiledSchema(schema, writable)
+    except SchemaError:
+        return False
+    return True
 
 
 def _satisfiable(compiled: CompiledSchema, param: str) -> None:

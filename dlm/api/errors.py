@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 # HTTP status -> the `type` OpenAI puts in its error object for that status.
 _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-    404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
+    404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
     415: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error",
 }
 _CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
@@ -26,6 +26,7 @@ class APIError(Exception):
     message: str
     param: str | None = None
     code: str | None = None
+    retry_after: int | None = None  # seconds, sent as Retry-After: when a refused request may be tried again
 
     def __str__(self) -> str:
         return self.message
@@ -35,7 +36,8 @@ class APIError(Exception):
                           "param": self.param, "code": self.code}}
 
     def response(self) -> web.Response:
-        return web.json_response(self.body(), status=self.status)
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
+        return web.json_response(self.body(), status=self.status, headers=headers)
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

@@ -40,7 +40,7 @@ class ConcurrencyGate:
     def slot(self) -> Iterator[None]:
         if self.active >= self.limit:
             raise APIError(429, f"too many concurrent requests (limit {self.limit}); retry shortly",
-                           code="rate_limit_exceeded")
+                           code="rate_limit_exceeded", retry_after=1)
         self.active += 1
         try:
             yield

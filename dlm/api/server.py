@@ -16,7 +16,16 @@ from dlm.api.errors import APIError, error_middleware
 from dlm.api.limits import ApiLimits, bearer_auth_middleware, check_bind
 from dlm.api.state import STATE, ApiState
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import add_placement, at_least_one, cannot_listen, finite_float, host, port, refusal
+from dlm.cli_args import (
+    ArgumentParser,
+    add_placement,
+    at_least_one,
+    cannot_listen,
+    finite_float,
+    host,
+    port,
+    refusal,
+)
 from dlm.decoding.logit_bias import COPY_FOLLOW
 
 _CREATED = int(time.time())
@@ -66,18 +75,22 @@ async def get_model(request: web.Request) -> web.Response:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dlm serve", description="OpenAI-compatible API on a diffusion LM")
+    p = ArgumentParser(prog="python -m dlm serve", description="OpenAI-compatible API on a diffusion LM")
     demo = DEMO_CHECKPOINT if (DEMO_CHECKPOINT / "config.json").exists() else None
     p.add_argument("--model", default=demo, required=demo is None,
                    help="checkpoint directory (default: the embedded demo checkpoint)")
-    p.add_argument("--host", type=host, default="127.0.0.1")
-    p.add_argument("--port", type=port, default=8000)
+    p.add_argument("--host", type=host, default="127.0.0.1",
+                   help="address to listen on (default %(default)s, this machine only; another needs --api-key)")
+    p.add_argument("--port", type=port, default=8000, help="TCP port to listen on (default %(default)s)")
     add_placement(p)
     p.add_argument("--model-name", help="the id clients send as 'model' (default: the directory name)")
     p.add_argument("--api-key", default=os.environ.get("DLM_API_KEY"),
                    help="bearer token clients must send (required off loopback; default $DLM_API_KEY)")
-    p.add_argument("--max-concurrent", type=at_least_one, default=ApiLimits.max_concurrent)
-    p.add_argument("--max-prompt-tokens", type=at_least_one, default=ApiLimits.max_prompt_tokens)
+    p.add_argument("--max-concurrent", type=at_least_one, default=ApiLimits.max_concurrent,
+                   help="requests served at once; one more is answered 429 at once, not queued (default %(default)s)")
+    p.add_argument("--max-prompt-tokens", type=at_least_one, default=ApiLimits.max_prompt_tokens,
+                   help="longest prompt, in tokens, with the chat template applied; a longer one is answered 400 "
+                        "(default %(default)s)")
     p.add_argument("--copy-bias", type=finite_float, default=COPY_FOLLOW,
                    help="logit added to the next token of a phrase a reply is copying from the caller's last "
                         "message, twice that after a tool's result (default %(default)s; 0 turns it off)")
@@ -101,10 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     name = args.model_name or os.path.basename(os.path.normpath(args.model))
     limits = ApiLimits(max_concurrent=args.max_concurrent, max_prompt_tokens=args.max_prompt_tokens)
     app = create_app(engine, name, limits, args.api_key, args.copy_bias)
-    print(f"serving {name!r} on http://{args.host}:{args.port}/v1", flush=True)
-    # handler_cancellation: a client that disconnects cancels its handler, which frees its engine session
+    banner = f"serving {name!r} on http://{args.host}:{args.port}/v1"
+    # handler_cancellation: a client that disconnects cancels its handler, which frees its engine session;
+    # run_app calls `print` once its socket is bound, so a taken port is the one line of cannot_listen alone
     try:
-        web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)
+        web.run_app(app, host=args.host, port=args.port, handler_cancellation=True,
+                    print=lambda _running_on: print(banner, flush=True))
     except OSError as exc:  # the port is taken, or the address is not this machine's
         raise cannot_listen(args.host, args.port, exc) from None
     return 0

@@ -7,7 +7,7 @@ from typing import Any
 from dlm.api.chat_request import ChatRequest, ToolSpec
 from dlm.api.errors import bad_request
 from dlm.api.span_generation import SpanPlan
-from dlm.api.tool_calls import call_tag_ids, forced_call_schema
+from dlm.api.tool_calls import call_schema, call_tag_ids
 from dlm.constrained import CompiledSchema, SchemaError
 from dlm.tokenizer import Tokenizer
 
@@ -34,14 +34,15 @@ def plan_spans(req: ChatRequest, tokenizer: Tokenizer, stop_ids: frozenset[int])
         return SpanPlan(start_schema=req.json_schema, start_end_ids=stop_ids, call_or_json=True, **calls)
     if req.tool_choice in ("required", "function"):
         ends = frozenset({close_id}) if tags is not None else stop_ids
-        return SpanPlan(start_schema=forced_call_schema(req.tools, req.forced_tool), start_end_ids=ends, **calls)
+        return SpanPlan(start_schema=call_schema(req.tools, req.forced_tool), start_end_ids=ends, **calls)
     return SpanPlan(**calls) if calls else None
 
 
 def _call_schema(tools: tuple[ToolSpec, ...]) -> dict[str, Any]:
-    """Any of the tools with its own parameters, or (if one of them cannot be enforced) a known name with
-    an object of arguments: an auto call should not turn a request away over one exotic schema keyword."""
-    schema = forced_call_schema(tools, None)
+    """Any of the tools with the arguments it is decoded under (each tool's own: `ToolSpec.call_parameters`), or,
+    where all of them together are more than one schema may hold (`dlm.constrained.schema.MAX_NODES`), a known
+    name with an object of arguments: an auto call should not turn a request away over the length of its tools."""
+    schema = call_schema(tools, None)
     try:
         CompiledSchema(schema)
     except SchemaError:

@@ -44,15 +44,16 @@ class ToolCallDelta:
 Delta = ContentDelta | ToolCallDelta
 
 
-def forced_call_schema(tools: tuple[ToolSpec, ...], name: str | None) -> dict[str, Any]:
-    """The JSON a forced call must be: one of the allowed functions with arguments matching its parameters.
+def call_schema(tools: tuple[ToolSpec, ...], name: str | None) -> dict[str, Any]:
+    """The JSON a call must be: one of the allowed functions (`name`, or any) with the arguments it is decoded
+    under (`ToolSpec.call_parameters`: a forced call's are its parameters, which must be enforceable).
 
     A `$ref` resolves against the root of the schema it is in, so each tool's `$defs` (as Pydantic writes
     them) move to the call schema's root, renamed under the tool's name so that two tools' names cannot meet."""
     variants, defs = [], {}
     for tool in tools:
         if name in (None, tool.name):
-            arguments, own = _lift_defs(tool.parameters, tool.name)
+            arguments, own = _lift_defs(tool.call_parameters, tool.name)
             defs |= own
             variants.append({"type": "object", "properties": {"name": {"const": tool.name}, "arguments": arguments},
                              "required": ["name", "arguments"], "additionalProperties": False})

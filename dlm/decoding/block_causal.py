@@ -371,8 +371,7 @@ def decode_passes(
             if shift and masked[0]:
                 if last_logits is None:
                     raise ValueError("a token-shift model needs the last committed logits to start a window")
-                first = _no_mask(last_logits[None].clone(), mask_id)
-                token, _ = pick(bias.ban(first) if bias else first, policy.sampling, generator)
+                token, _ = pick(_no_mask(last_logits[None].clone(), mask_id), policy.sampling, generator)
                 window[0], masked[0] = int(token[0]), False
             else:
                 sub = policy.sub_block or len(window)

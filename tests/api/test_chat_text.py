@@ -114,3 +114,27 @@ def test_a_stop_string_leaves_its_tokens_out_of_usage(client, stream, straddle):
     content, used = _usage_of(client, stream, max_tokens=40, stop=[stop])
     assert content == whole[: whole.index(stop)]
     assert used == first + int(straddle)
+
+
+def test_samples_asked_for_without_a_temperature_are_drawn_at_openais_default(client):
+    """With no temperature decoding is greedy, so n > 1 had given n identical choices and top_p had changed
+    nothing; asked for samples, the temperature is OpenAI's default 1.0."""
+    resp = client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=16, n=3, seed=5)
+    assert len({c.message.content for c in resp.choices}) == 3
+    at_one = client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=16, n=3, seed=5,
+                                            temperature=1.0)
+    assert [c.message.content for c in resp.choices] == [c.message.content for c in at_one.choices]
+    tops = {_text(client, max_tokens=16, top_p=0.9, seed=seed) for seed in range(3)}
+    assert len(tops) == 3
+    assert _text(client, max_tokens=16, top_p=0.9, seed=1) == _text(client, max_tokens=16, top_p=0.9, seed=1,
+                                                                   temperature=1.0)
+
+
+def test_text_parts_are_joined_by_line_breaks(client):
+    """Two text parts had been glued together ("france?Also"); the fixture's tokens are characters, so the
+    prompt is the same length as the one string with a line break between the parts."""
+    parts = [{"type": "text", "text": "what is the capital of france?"}, {"type": "text", "text": "Also the time?"}]
+    joined = "what is the capital of france?\nAlso the time?"
+    usage = [client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": content}],
+                                            max_tokens=1).usage.prompt_tokens for content in (parts, joined)]
+    assert usage[0] == usage[1]

@@ -12,6 +12,8 @@ import jsonschema
 import openai
 import pytest
 
+from dlm.api.chat_request import parse_chat_request
+from dlm.api.limits import ApiLimits
 from dlm.api.live_server import LiveServer
 from dlm.api.server import create_app
 from dlm.cli import DEMO_CHECKPOINT
@@ -19,10 +21,15 @@ from dlm.tools import TOOLS, ToolError, run_tool, tool_specs
 
 
 @pytest.fixture(scope="module")
-def demo_client():
+def demo_engine():
     from dlm.engine import Engine
 
-    with LiveServer(create_app(Engine.from_dir(DEMO_CHECKPOINT), "demo")) as live:
+    return Engine.from_dir(DEMO_CHECKPOINT)
+
+
+@pytest.fixture(scope="module")
+def demo_client(demo_engine):
+    with LiveServer(create_app(demo_engine, "demo")) as live:
         yield openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
@@ -100,6 +107,30 @@ def test_a_call_cut_off_by_max_tokens_is_not_reported_as_made(demo_client):
     choice = reply.choices[0]
     assert choice.finish_reason == "length"
     assert "<tool_call>" not in (choice.message.content or "")
+
+
+def test_a_call_cut_off_by_max_tokens_can_be_sent_back(demo_client, demo_engine):
+    """Its arguments are no JSON; sent back in the history, as a client's tool loop does, the server's own message
+    had been refused (400: not valid JSON). They are rendered into the prompt as written, as OpenAI's API takes
+    them: an opaque string."""
+    ask = {"role": "user", "content": "what is twelve times four"}
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {
+        "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
+    for max_tokens in range(16, 40):
+        cut = demo_client.chat.completions.create(model="demo", messages=[ask], tools=tools,
+                                                  max_tokens=max_tokens).choices[0]
+        if cut.finish_reason == "length" and cut.message.tool_calls and cut.message.tool_calls[0].function.arguments:
+            break
+    (call,) = cut.message.tool_calls
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(call.function.arguments)
+    history = [ask, cut.message.model_dump(exclude_none=True),
+               {"role": "tool", "tool_call_id": call.id, "content": "error: the call was cut off"}, ask]
+    reply = demo_client.chat.completions.create(model="demo", messages=history, tools=tools, max_tokens=60)
+    assert reply.choices[0].finish_reason in ("stop", "tool_calls", "length")
+    req = parse_chat_request({"model": "demo", "messages": history}, ApiLimits())
+    prompt = demo_engine.tokenizer.apply_chat_template(req.messages, add_generation_prompt=True)
+    assert f'<tool_call>{{"name": "calculator", "arguments": {call.function.arguments}}}</tool_call>' in prompt
 
 
 WEATHER_JSON = {"type": "json_schema", "json_schema": {"name": "w", "schema": {

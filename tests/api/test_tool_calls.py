@@ -10,6 +10,8 @@ import jsonschema
 import openai
 import pytest
 
+from dlm.api.chat_request import parse_chat_request
+from dlm.api.limits import ApiLimits
 from dlm.api.stop_strings import FreeTextStops
 from dlm.api.tool_calls import CLOSE, OPEN, ContentDelta, ToolCallDelta, ToolCallStream
 from tests.api.conftest import MODEL_NAME
@@ -253,3 +255,28 @@ def test_response_format_beside_tools_under_a_budget_no_call_fits_is_the_json(ta
             model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER], max_tokens=20,
             response_format=response_format, seed=seed, temperature=temperature)
         assert _call_or_json(resp.choices[0], schema) == "json"  # half the seeds had ended empty
+
+
+DATE = {"type": "function", "function": {"name": "get_date", "parameters": {
+    "type": "object", "properties": {"day": {"type": "string", "format": "date"}, "days": {"type": "integer"}},
+    "required": ["day", "days"]}}}
+
+
+def test_an_auto_tool_the_decoder_cannot_enforce_loosens_its_own_calls_only(tagged_client):
+    """`format` is no keyword the decoder enforces: get_date's parameters had made every tool's arguments any
+    object, so calls came back as `{}` without their required keys. Now get_date alone loses the keyword (its
+    required keys and its other properties hold) and get_weather keeps its whole schema. jsonschema asserts no
+    `format`, so every call validates against its tool's full parameters."""
+    req = parse_chat_request({"model": MODEL_NAME, "messages": ASK, "tools": [WEATHER, DATE]}, ApiLimits())
+    assert req.tools[0].call_parameters == WEATHER["function"]["parameters"]
+    assert req.tools[1].call_parameters == {"type": "object", "required": ["day", "days"], "properties": {
+        "day": {"type": "string"}, "days": {"type": "integer"}}}
+    calls = []
+    for seed, temperature in enumerate([0.0, 1.0, 1.5, 2.0]):
+        resp = tagged_client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER, DATE],
+                                                     max_tokens=180, seed=seed, temperature=temperature)
+        calls += _calls(resp)
+    assert calls
+    for call in calls:
+        spec = {"get_weather": WEATHER, "get_date": DATE}[call.function.name]
+        jsonschema.validate(json.loads(call.function.arguments), spec["function"]["parameters"])
