@@ -44,13 +44,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 def _specs(state: ApiState, req: ChatRequest, prompt: Prompt) -> list[GenerationSpec]:
     n_prompt = len(prompt.ids)
-    if n_prompt > state.limits.max_prompt_tokens:
-        raise bad_request(f"the prompt has {n_prompt} tokens; the limit is {state.limits.max_prompt_tokens}",
-                          "messages", "context_length_exceeded")
+    limit = min(state.limits.max_prompt_tokens, state.context_length - 1)  # the context keeps a token for a reply
+    if n_prompt > limit:
+        raise bad_request(f"the prompt has {n_prompt} tokens; the limit is {limit} (the server's limit "
+                          f"{state.limits.max_prompt_tokens}, the model's context length {state.context_length} "
+                          "less one token for the reply)", "messages", "context_length_exceeded")
     room = state.context_length - n_prompt
-    if room < 1:
-        raise bad_request(f"the prompt has {n_prompt} tokens and leaves no room in the model's context length "
-                          f"({state.context_length})", "messages", "context_length_exceeded")
     max_tokens = req.max_tokens or min(state.limits.max_completion_tokens, room)
     if max_tokens > room:
         key = req.max_tokens_param

@@ -83,6 +83,9 @@ def test_a_history_longer_than_the_context_is_a_clear_400(demo_client):
         with pytest.raises(openai.BadRequestError) as info:
             demo_client.chat.completions.create(model="demo", messages=words, stream=stream)
         assert info.value.code == "context_length_exceeded"
+        assert "the limit is 319 " in info.value.message  # the prompt may be; it had said 4096 for a longer one
+    with pytest.raises(openai.BadRequestError, match="the limit is 319 "):
+        demo_client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "peru " * 3000}])
 
 
 def test_a_forced_call_whose_parameters_use_defs(demo_client):
