@@ -213,6 +213,14 @@ class LogitBias:
         bias = cls(follow, {k: frozenset(v) for k, v in continuations.items()})
         return bias.starting(phrases, encode, start, WORD_BREAKS) if start else bias
 
+    def unanchored(self, words: Iterable[str], encode: Callable[[str], list[int]]) -> LogitBias:
+        """This bias with no phrase followed on from ``words`` alone: where one of them is written, what comes
+        next is the model's to choose."""
+        spaces = set(encode(" "))
+        ends = {tuple(ids[i:]) for word in words for ids in (encode(" " + word + " "), encode(word + " "))
+                for i in range(len(ids)) if not spaces.issuperset(ids[i:])}
+        return replace(self, continuations={k: v for k, v in self.continuations.items() if k not in ends})
+
     def starting(self, words: Iterable[str], encode: Callable[[str], list[int]], start: float,
                  after: Iterable[str], eager: bool = False) -> LogitBias:
         """This bias with the first piece of each of ``words`` (mid-sentence and at the start) favoured by
@@ -424,6 +432,23 @@ def copy_phrases(messages: Sequence[dict[str, Any]], asking_words: Collection[st
     return []
 
 
+def _asked_heads(phrases: Iterable[str], messages: Sequence[dict[str, Any]]) -> list[str]:
+    """The first words of the result's phrases of several words that the caller's request holds too, there going
+    on with another word: a reply that says the request back ("7 minus 14 is minus seven") writes them before the
+    result's own. Followed on from there, "minus" had gone on with the result's "seven": "7 minus seven is minus
+    seven". A head going on as in the phrase ("new zealand" asked, "new zealand" the result) is still followed."""
+    asked = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
+    if not isinstance(asked, str):
+        return []
+    said = [word.strip(".,!?;:").lower() for word in asked.split()]
+    heads = []
+    for phrase in phrases:
+        words = phrase.lower().split()
+        if len(words) > 1 and any(w == words[0] and nxt != words[1] for w, nxt in zip(said, [*said[1:], None], strict=True)):
+            heads.append(phrase.split()[0])
+    return heads
+
+
 def between_requests(text: str, asking_words: Collection[str]) -> list[str]:
     """The runs of ``text``'s words between those of ``asking_words`` that ask for a tool, so a copy of a name
     stops where the request goes on: "how is schedule spelled" had given the word to spell as "schedule spell",
@@ -460,7 +485,8 @@ def reply_copy_bias(messages: Sequence[dict[str, Any]], encode: Callable[[str], 
         return None
     if messages[-1].get("role") == "tool":
         bias = (LogitBias.copying(phrases, encode, follow * RESULT_FOLLOW_FACTOR, COPY_START)
-                .finishing(phrases, encode))
+                .finishing(phrases, encode)
+                .unanchored(_asked_heads(phrases, messages), encode))
         return replace(bias, pieces=pieces.spoken)
     words = [word for word in name_words(messages[-1]["content"]) if word not in asking_words]
     spaces = set(encode(" "))

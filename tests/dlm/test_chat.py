@@ -124,3 +124,11 @@ def test_a_reply_writes_the_callers_word_once(engine: Engine) -> None:
     chat.turn("What is 2 plus 6?")
     reply = chat.history[-1]["content"]
     assert "eight" in reply and "plusplus" not in reply, reply
+
+
+def test_a_reply_says_the_request_back_as_it_was_asked(engine: Engine) -> None:
+    """The result's "minus seven" had been copied into the question said back: "7 minus seven is minus seven"."""
+    chat = TerminalChat(engine, io.StringIO())
+    chat.turn("What is 7 minus 14?")
+    reply = chat.history[-1]["content"]
+    assert "minus seven" in reply and "minus seven is" not in reply and "minus seven equals" not in reply, reply

@@ -333,6 +333,24 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     assert after_words is not None and after_result.follow == RESULT_FOLLOW_FACTOR * after_words.follow > 0
 
 
+def test_a_result_is_not_followed_on_from_a_word_the_caller_asked_with(engine: Engine) -> None:
+    """"what is 7 minus 14" gives "minus seven": said back, the request's "minus" had gone on with the result's
+    "seven" ("7 minus seven is minus seven"). A word the request goes on from as the result does still leads
+    on."""
+    vocab = engine.model.cfg.vocab_size
+    tool = {"role": "tool", "content": json.dumps({"result": -7, "spoken": "minus seven"})}
+    sev = first_token(engine, "seven")
+    minus_then = engine.tokenizer.encode(" minus ")
+    plain = reply_copy_bias([tool], engine.tokenizer.encode)
+    assert plain is not None and sev in boosted(plain, vocab, minus_then)  # nobody asked with "minus"
+    bias = reply_copy_bias([{"role": "user", "content": "What is 7 minus 14?"}, tool], engine.tokenizer.encode)
+    assert bias is not None and sev not in boosted(bias, vocab, minus_then)
+    tool = {"role": "tool", "content": json.dumps({"country": "new zealand", "capital": "wellington"})}
+    asked_new = reply_copy_bias([{"role": "user", "content": "capital of new zealand"}, tool], engine.tokenizer.encode)
+    zeal = first_token(engine, "zealand")
+    assert asked_new is not None and zeal in boosted(asked_new, vocab, engine.tokenizer.encode(" new "))
+
+
 def test_a_call_s_string_starts_with_a_name_the_caller_said(engine: Engine) -> None:
     """After the caller's words a string (a tool call's argument) starts with a word they said that could begin
     a name, never a number; a spoken word only with such a name the tokenizer spells in several pieces (a reply
