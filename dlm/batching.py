@@ -4,7 +4,8 @@ Passes are compatible when they are the same kind (denoise or commit) over windo
 (and the same length of finished window riding along). Their sessions' caches differ in length, so the
 batch attends to each cache's prefix left-aligned and padded to the longest, with the padding masked out;
 positions continue after each session's own prefix. A single pass runs unbatched, bit-identical to
-:func:`dlm.decoding.block_causal.run_pass`.
+:func:`dlm.decoding.block_causal.run_pass`. A batch that fails (a CUDA out-of-memory in a large one, a full
+cache) runs again pass by pass, so only the passes that fail alone fail.
 """
 
 from __future__ import annotations
@@ -58,26 +59,44 @@ def _key(p: Pass) -> tuple[bool, int, int] | None:
     return p.rows is None, p.window.shape[0], 0 if p.pending is None else p.pending.shape[0]
 
 
-def run_passes(model: Transformer, passes: list[Pass]) -> tuple[list[torch.Tensor], int]:
-    """The result of every pass, as :func:`run_pass` would give it, batching the compatible ones;
-    also how many of them ran inside a batch of two or more."""
-    results: list[torch.Tensor | None] = [None] * len(passes)
+def run_passes(model: Transformer, passes: list[Pass]) -> tuple[list[torch.Tensor | Exception], int]:
+    """The result of every pass, as :func:`run_pass` would give it, batching the compatible ones, or the
+    exception it raised alone; also how many of them ran inside a batch of two or more."""
+    results: list[torch.Tensor | Exception | None] = [None] * len(passes)
     groups: dict[tuple[bool, int, int], list[int]] = defaultdict(list)
     for i, p in enumerate(passes):
         key = _key(p)
         if key is None:
-            results[i] = run_pass(p)
+            results[i] = _run_alone(p)
         else:
             groups[key].append(i)
     batched = 0
     for members in groups.values():
-        if len(members) == 1:
-            results[members[0]] = run_pass(passes[members[0]])
-            continue
-        for i, out in zip(members, _run_group(model, [passes[i] for i in members]), strict=True):
+        outs = _run_batch(model, [passes[i] for i in members]) if len(members) > 1 else None
+        if outs is None:
+            outs = [_run_alone(passes[i]) for i in members]
+        else:
+            batched += len(members)
+        for i, out in zip(members, outs, strict=True):
             results[i] = out
-        batched += len(members)
     return results, batched  # type: ignore[return-value]
+
+
+def _run_alone(p: Pass) -> torch.Tensor | Exception:
+    """The pass's result, or its exception: one session's failure is its own."""
+    try:
+        return run_pass(p)
+    except Exception as exc:
+        return exc
+
+
+def _run_batch(model: Transformer, group: list[Pass]) -> list[torch.Tensor] | None:
+    """The group's results as one batched forward, or None if it failed (having committed nothing), so that its
+    passes run again one by one and only those that fail alone fail."""
+    try:
+        return _run_group(model, group)
+    except Exception:
+        return None
 
 
 def _run_group(model: Transformer, group: list[Pass]) -> list[torch.Tensor]:
@@ -93,13 +112,11 @@ def _run_group(model: Transformer, group: list[Pass]) -> list[torch.Tensor]:
     stacked = StackedCaches([f.cache for f in forwards], store=first.rows is None or done > 0)
     hidden = model.hidden_states(ids, stacked.positions(n, device), stacked.mask(inner), stacked)
     weight = model.output_weight()
-    out = []
-    for i, (p, f) in enumerate(zip(group, forwards, strict=True)):
+    out = [F.linear(hidden[i, -1] if p.rows is None else hidden[i, done + p.rows], weight) for i, p in enumerate(group)]
+    # Committed only once every output exists: a group that fails has changed no cache and can run again.
+    for p, f, logits in zip(group, forwards, out, strict=True):
         if p.rows is None:  # commit: keep the whole window
-            f.record_commit(p.window, F.linear(hidden[i, -1], weight))
-            out.append(f.last_logits)
-        else:
-            if p.pending is not None:
-                f.record_commit(p.pending, None)
-            out.append(F.linear(hidden[i, done + p.rows], weight))
+            f.record_commit(p.window, logits)
+        elif p.pending is not None:
+            f.record_commit(p.pending, None)
     return out

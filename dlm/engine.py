@@ -199,6 +199,10 @@ class Engine:
         return cls(model, tokenizer, worker=worker, **options)  # which shuts the worker down if it fails
 
     def close(self) -> None:
+        """Stop the model worker once its work in flight is done. Generations still running end with
+        RuntimeError("the engine is closed") in their callers, and later requests raise it at once, rather than
+        wait on a worker that is gone."""
+        self.scheduler.close()
         self.worker.shutdown(wait=True)
 
     @cached_property
@@ -295,7 +299,8 @@ class Engine:
         policy = dataclasses.replace(resolve(cfg, knobs, stop_ids, self.trained_block_sizes), kernels=self.kernels)
         t = time.perf_counter()
         session.prefill_now(ids, policy.block_size)
-        state = session.state(len(ids) + policy.max_new_tokens + 2 * policy.block_size)
+        widest = max((policy.block_size, *policy.first_blocks))  # a first block may be wider than the rest
+        state = session.state(len(ids) + policy.max_new_tokens + 2 * widest)
         run.prefill_ms = (time.perf_counter() - t) * 1000
         yield Commit([], 0, False)  # a step boundary: cancellation may land between prefill and decoding
         yield from bc.decode_passes(cfg, state, list(ids), policy, state.last_logits, generator, bias)
