@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # The shipped demo checkpoint's recipe (about 28 minutes on 2 cores; docs/demo-model.md) into
-# runs/demo-model/model, beside the shipped one, then its mean over the four held-out samples to compare with
+# runs/demo-model/model (configs/demo.toml's own out_dir), beside the shipped one, then its mean over the four held-out samples to compare with
 # the shipped checkpoint's (README). A run stopped part-way continues with its own command and --resume.
 DEMO_RUN := runs/demo-model
 demo-model: $(DEMO_RUN)/samples.json

@@ -13,9 +13,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from dlm.cli_args import add_placement, at_least_one, factor, finite_float, threshold
+from dlm.cli_args import ArgumentParser, add_placement, at_least_one, factor, finite_float, threshold
 
 DEMO_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "demo"
+EFFORTS = ("low", "medium", "high")  # dlm.effort.EFFORTS, which imports torch
+EFFORT_HELP = ("how much compute each block gets (default medium): low commits many tokens a pass, fastest; medium "
+               "fewer; high one token a pass, slowest and most exact")
 
 
 def _default_model() -> str | None:
@@ -27,26 +30,38 @@ def _add_generate(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="a user message; the checkpoint's chat template is applied")
     src.add_argument("--raw", help="text fed to the model as it is")
-    p.add_argument("--effort", choices=("low", "medium", "high"), default=None)
-    p.add_argument("--block-size", type=at_least_one, default=None)
+    p.add_argument("--effort", choices=EFFORTS, default=None,
+                   help=f"{EFFORT_HELP}. --block-size, --first-block-size, --passes-per-block, --threshold and "
+                        "--factor override what it picks")
+    p.add_argument("--block-size", type=at_least_one, default=None,
+                   help="tokens decoded together in each block (default: the checkpoint's block size)")
     p.add_argument("--first-block-size", type=at_least_one, default=None, help="a smaller first block (block schedule)")
     knob = p.add_mutually_exclusive_group()
-    knob.add_argument("--passes-per-block", type=at_least_one, default=None)
+    knob.add_argument("--passes-per-block", type=at_least_one, default=None,
+                      help="denoising passes a block gets, each committing an equal share of its tokens (default: "
+                           "the effort's rule)")
     knob.add_argument("--threshold", type=threshold, default=None, help="commit every position above this confidence")
     knob.add_argument("--factor", type=factor, default=None,
                       help="commit by the factor rule: the n most confident while (n+1)(1-confidence) < factor")
-    p.add_argument("--max-tokens", type=at_least_one, default=128)
-    p.add_argument("--temperature", type=finite_float, default=0.0)
-    p.add_argument("--top-p", type=finite_float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=at_least_one, default=128,
+                   help="most tokens to generate (default %(default)s)")
+    p.add_argument("--temperature", type=finite_float, default=0.0,
+                   help="sampling temperature; 0 picks the most likely token (default %(default)s: greedy)")
+    p.add_argument("--top-p", type=finite_float, default=1.0,
+                   help="sample from the smallest set of tokens whose probability reaches this, in (0, 1] "
+                        "(default %(default)s: all of them)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the sampling, for a repeatable run when --temperature is over 0 (default: none, "
+                        "a different draw each run)")
     add_placement(p)
     p.add_argument("--kernels", choices=("auto", "torch", "triton"), default="auto",
-                   help="token selection on the Triton kernels or in torch (auto: Triton on CUDA)")
+                   help="token selection on the Triton kernels or in torch (default auto: Triton on CUDA)")
     p.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
-                   help="replay denoising passes as CUDA graphs (auto: on CUDA; on: static shapes anywhere)")
+                   help="replay denoising passes as CUDA graphs (default auto: on CUDA; on: static shapes anywhere)")
     p.add_argument("--layer-steps", choices=("auto", "fused", "thin"), default="auto",
                    help="how graphed passes launch a layer: fused steps with cuBLAS products, the thin Triton "
-                        "products (5 launches a layer), or auto: on CUDA, the faster of the two in a checked trial")
+                        "products (5 launches a layer), or auto, the default: on CUDA, the faster of the two in a "
+                        "checked trial")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
 
@@ -56,6 +71,10 @@ def _run_generate(args: argparse.Namespace) -> int:
 
     if args.model is None:
         print("error: no --model given and the demo checkpoint dlm/assets/demo is not there", file=sys.stderr)
+        return 2
+    problem = _thin_layer_steps_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         engine = Engine.from_dir(args.model, dtype=args.dtype, device=args.device, kernels=args.kernels,
@@ -83,6 +102,25 @@ def _run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _thin_layer_steps_problem(args: argparse.Namespace) -> str | None:
+    """Why --layer-steps thin cannot run with the kernel path the engine would take, in the options typed (the
+    engine's own refusal, dlm.fused_layers.LayerSteps, names only the path: "not 'torch'", torch never typed)."""
+    if args.layer_steps != "thin":
+        return None
+    from dlm.checkpoint import placement
+    from kernels.dispatch import kernel_path
+
+    try:  # resolved as the engine resolves them (Engine._start)
+        path = kernel_path(args.kernels, placement(args.device, args.dtype)[0])
+    except (RuntimeError, ValueError):  # a GPU or Triton that is not there: the engine's load says so
+        return None
+    if path == "triton":
+        return None
+    if args.kernels == "auto":
+        return f"--layer-steps thin needs --kernels triton on a CUDA GPU; --kernels auto chose {path} here"
+    return f"--layer-steps thin needs --kernels triton on a CUDA GPU, not --kernels {args.kernels}"
+
+
 def _print_piece(piece: str) -> None:
     sys.stdout.write(piece)
     sys.stdout.flush()
@@ -107,6 +145,8 @@ def _add_chat(p: argparse.ArgumentParser) -> None:
     from dlm.chat import add_arguments
 
     add_arguments(p, _default_model())
+    # dlm.chat gives --effort no help of its own
+    next(action for action in p._actions if "--effort" in action.option_strings).help = EFFORT_HELP
 
 
 def _run_chat(args: argparse.Namespace) -> int:
@@ -123,7 +163,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dlm", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m dlm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (add_arguments, _, help_text) in COMMANDS.items():
         add_arguments(sub.add_parser(name, help=help_text))

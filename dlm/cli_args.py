@@ -5,6 +5,7 @@ traceback only after all of that work, losing it, and `--limit 0` had evaluated 
 
 What only shows later (a checkpoint's weights, an address to listen on) is refused the same way, by
 :func:`refusal`: one line on stderr and exit status 2, argparse's status for arguments that cannot be used.
+Every project command parses with :class:`ArgumentParser`, whose own refusals are that line too.
 """
 
 from __future__ import annotations
@@ -17,9 +18,39 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
+
+
+class ShowsDefaults(argparse.HelpFormatter):
+    """A help formatter that ends an option's help with ``(default X)`` where its text does not already speak
+    of its default, and the default is a value to show (not None, a flag's False, or an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text.lower() or default is None
+                or default is argparse.SUPPRESS or isinstance(default, bool) or default in ("", [], ())):
+            return action.help
+        return f"{text} (default %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser for every project command (its subcommands' parsers are of this class too).
+
+    A refusal is ``error: <message>`` and a line saying where the usage is, exit status 2 (argparse printed the
+    whole usage first, 11 lines for ``dlm generate``, where the README promises one line), and --help gives
+    each option's default (:class:`ShowsDefaults`) beside the help the formatter it is given writes."""
+
+    def __init__(self, *args: Any, formatter_class: type[argparse.HelpFormatter] = argparse.HelpFormatter,
+                 **kwargs: Any) -> None:
+        if not issubclass(formatter_class, ShowsDefaults):
+            formatter_class = type(f"{formatter_class.__name__}ShowingDefaults", (ShowsDefaults, formatter_class), {})
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}\n({self.prog} --help for usage)\n")
 
 
 def output_path(text: str) -> Path:
@@ -141,9 +172,12 @@ def add_placement(p: argparse.ArgumentParser, dtype: str = "auto") -> None:
     """``--device`` and ``--dtype`` for a command that loads the LM (resolved by ``dlm.checkpoint.placement``);
     ``dtype``: the default, for a command whose figures were measured in one."""
     p.add_argument("--device", type=device, default="auto",
-                   help="where the LM runs: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N")
+                   help="where the LM runs: auto (the default: a CUDA GPU when torch sees one, else the CPU), cpu, "
+                        "cuda or cuda:N")
+    auto = "auto: bfloat16 on a GPU, float32 on the CPU"
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default=dtype,
-                   help="the weights' type (auto: bfloat16 on a GPU, float32 on the CPU; default %(default)s)")
+                   help=f"the weights' type ({auto}; the default)" if dtype == "auto" else
+                        f"the weights' type (default %(default)s, the one the docs' figures were measured in; {auto})")
 
 
 def checkpoint(text: str) -> str:

@@ -41,6 +41,7 @@ from dlm.api.constrained_generation import constrained_decode
 from dlm.api.span_generation import SpanPlan, SpanRun, span_decode
 from dlm.cli import DEMO_CHECKPOINT
 from dlm.cli_args import (
+    ArgumentParser,
     add_placement,
     at_least_one,
     checkpoint,
@@ -417,8 +418,8 @@ def _engine(args: argparse.Namespace) -> Engine:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m dlm.eval", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m dlm.eval", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=checkpoint, default=str(DEMO_CHECKPOINT),
                         help="checkpoint directory (default: the demo)")
     add_placement(parser, dtype="float32")  # the figures the docs quote were measured in float32

@@ -6,11 +6,10 @@ adding a benchmark is one line here.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
-from dlm.cli_args import refusal, refused
+from dlm.cli_args import ArgumentParser, refusal, refused
 
 BENCHMARKS = {
     "dlm": ("latency_bench.dlm_bench", "first-block latency: engine vs autoregressive vs vanilla diffusion"),
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     """A bad config, checkpoint, path or value is one line on stderr and exit status 2, as for `python -m voice`
     and `python -m dlm.train`; anything else (a bug) keeps its traceback."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m latency_bench")
+    parser = ArgumentParser(prog="python -m latency_bench")
     sub = parser.add_subparsers(dest="benchmark", required=True)
     chosen = argv[0] if argv and argv[0] in BENCHMARKS else None
     for name, (module, help_text) in BENCHMARKS.items():

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import at_least_one, at_least_one_each, checkpoint, output_path
+from dlm.cli_args import ArgumentParser, at_least_one, at_least_one_each, checkpoint, output_path
 
 PROMPTS = [
     "What is the capital of France?",
@@ -168,6 +168,6 @@ def _print_row(r: LevelResult) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m latency_bench api", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m latency_bench api", description=__doc__.splitlines()[0])
     add_arguments(parser)
     raise SystemExit(run(parser.parse_args()))

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from dlm.cli_args import ArgumentParser
 from latency_bench.gpu_engine import QUESTIONS, missing_engine_packages, run_engine_timings
 from latency_bench.gpu_plot import pass_breakdown_svg
 
@@ -744,7 +745,7 @@ def _section_list(text: str) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m latency_bench.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR,
                         help="where the report goes (an earlier one of the day is kept: this one is _run2, _run3...)")  # fmt: skip

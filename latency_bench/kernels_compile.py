@@ -11,7 +11,6 @@ are the device's. Run it in a process *without*
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -21,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from dlm.cli_args import ArgumentParser
 
 _TYPES = {
     torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
@@ -340,7 +341,7 @@ def recorded_launches() -> list[tuple[str, object, tuple, dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m latency_bench.kernels_compile", description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, default=90, help="compute capability to target (90 = H100/H200)")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlm.cli_args import finite_float, host, output_path, refusal, refused
+from dlm.cli_args import ArgumentParser, finite_float, host, output_path, refusal, refused
 from voice.config import ConfigError
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def _transport_module(command: str) -> object:
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The parser; a transport's own options are added only when its subcommand is the one asked for."""
-    parser = argparse.ArgumentParser(prog="python -m voice", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m voice", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     for command, (_, help_text) in _TRANSPORTS.items():

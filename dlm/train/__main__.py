@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dlm.cli_args import at_least_one, checkpoint, output_dir
+from dlm.cli_args import ArgumentParser, at_least_one, checkpoint, output_dir
 from dlm.config import CheckpointError
 from dlm.train.candidates import train_with_candidates
 from dlm.train.config import RunConfig, RunConfigError, check_finish, load_run_config
@@ -17,7 +17,7 @@ from dlm.train.train import train
 def main(argv: list[str] | None = None) -> None:
     """Every bad config, path or value is one line on stderr and exit status 2, not a traceback (which stays
     for anything else: a bug must show where it is)."""
-    parser = argparse.ArgumentParser(prog="python -m dlm.train", description=__doc__)
+    parser = ArgumentParser(prog="python -m dlm.train", description=__doc__)
     parser.add_argument("--config", required=True, help="a TOML run config, e.g. configs/demo.toml")
     parser.add_argument("--resume", action="store_true", help="continue from the state file in state_dir")
     parser.add_argument("--steps", type=at_least_one, help="override [train] steps")
@@ -50,9 +50,19 @@ def _configured(args: argparse.Namespace) -> RunConfig:
             raise RunConfigError(f"[train] out_dir {err}") from None
     if args.init_from is not None:  # a fine-tune trains with its checkpoint's tokenizer, as [train] init_from does
         run.train.init_from, run.data.tokenizer = args.init_from, ""
-    if not args.resume:
+    if args.resume:
+        _check_resumable(Path(run.train.state_dir))
+    else:
         _check_fresh(Path(run.train.state_dir))
     return run
+
+
+def _check_resumable(state_dir: Path) -> None:
+    """Refuse --resume where no run, nor a race's candidate, has saved a state: it had started a fresh run
+    silently (the user meant to continue one, most likely in another state_dir)."""
+    if not (state_dir / "state.pt").exists() and not candidate_states(state_dir):
+        raise RunConfigError(f"--resume: nothing is saved in {state_dir} to resume (no state.pt, nor a race's "
+                             "candidates/seed-N/state.pt): start the run without --resume")
 
 
 def _check_fresh(state_dir: Path) -> None:

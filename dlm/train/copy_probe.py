@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from dlm.cli import DEMO_CHECKPOINT
-from dlm.cli_args import at_least_one
+from dlm.cli_args import ArgumentParser, at_least_one
 from dlm.engine import Engine
 from dlm.train.config import load_run_config
 from dlm.train.data import generate
@@ -74,8 +74,8 @@ def copy_positions(ids: list[int], phrase: list[int], space: int | None) -> torc
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m dlm.train.copy_probe", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m dlm.train.copy_probe", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEMO_CHECKPOINT), help="checkpoint to score (without --train)")
     parser.add_argument("--train", type=int, metavar="STEPS", help="first train a fresh model on repeats only")
     parser.add_argument("--config", default="configs/demo.toml", help="model shape and optimiser for --train")

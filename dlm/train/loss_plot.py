@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from dlm.cli_args import ArgumentParser
 from dlm.train.config import RunConfigError
 from dlm.train.phases import FINISH, FULL, load_state, saved_phase_starts
 
@@ -139,8 +140,8 @@ def write_race_plot(state_dir: Path, seeds: dict[int, Path], bar: float | None) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m dlm.train.loss_plot", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m dlm.train.loss_plot", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("state_dir", type=Path, help="a run's [train] state_dir (it holds state.pt, or a race's "
                                                      "candidates/seed-N/state.pt)")
     args = parser.parse_args(argv)

@@ -142,7 +142,7 @@ def test_eval_refuses_a_directory_that_is_no_checkpoint(tmp_path: Path, capsys: 
         eval_main(["--model", str(tmp_path)])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].endswith(f"error: argument --model: {tmp_path}/config.json: file not found")
+    assert err.splitlines()[0] == f"error: argument --model: {tmp_path}/config.json: file not found"
 
 
 def test_eval_refuses_a_checkpoint_without_the_tool_tokens(capsys: pytest.CaptureFixture[str]) -> None:
@@ -246,3 +246,34 @@ def test_output_dir_takes_a_folder_to_make_and_present_device_resolves_auto(tmp_
 
     assert output_dir(str(tmp_path / "runs" / "new")) == tmp_path / "runs" / "new"  # made when the run exports
     assert present_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")  # what torch.device takes
+
+
+def _argument_refusal(call, argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The lines on stderr of a parser's refusal of `argv`, having exited 2."""
+    with pytest.raises(SystemExit) as exit_:
+        call(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err.splitlines()
+
+
+def _cli(module: str):
+    import importlib
+
+    return importlib.import_module(module).main
+
+
+@pytest.mark.parametrize(("module", "argv", "prog", "message"), [
+    ("dlm.cli", ["generate", "--prompt", "x", "--threshold", "1.5"], "python -m dlm generate",
+     "argument --threshold: threshold must be in [0, 1], got 1.5"),
+    ("dlm.cli", [], "python -m dlm", "the following arguments are required: command"),
+    ("dlm.cli", ["serve", "--port", "0"], "python -m dlm serve", "argument --port: must be a port, 1 to 65535"),
+    ("dlm.train.__main__", ["--config", "x.toml", "--steps", "0"], "python -m dlm.train", "argument --steps"),
+    ("dlm.eval", ["--limit", "0"], "python -m dlm.eval", "argument --limit: must be at least 1, got '0'"),
+    ("dlm.train.loss_plot", [], "python -m dlm.train.loss_plot", "the following arguments are required"),
+    ("dlm.train.copy_probe", ["--dialogues", "0"], "python -m dlm.train.copy_probe", "argument --dialogues"),
+])
+def test_an_argument_error_is_one_line_and_a_pointer_to_help(module: str, argv: list[str], prog: str, message: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse had printed its whole usage first (11 lines for `dlm generate`), where the README promises one."""
+    error, hint = _argument_refusal(_cli(module), argv, capsys)
+    assert error.startswith(f"error: {message}") and hint == f"({prog} --help for usage)"

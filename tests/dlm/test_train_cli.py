@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    """The one line `python -m dlm.train --config <toml> <flags>` answers with, having exited 2."""
+    """The one line `python -m dlm.train --config <toml> <flags>` answers with, having exited 2 (an argument's
+    is followed by a line saying where --help is)."""
     def refused(toml: str, *flags: str, config: Path | None = None) -> str:
         if config is None:
             config = tmp_path / "run.toml"
@@ -28,8 +29,10 @@ def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
         with pytest.raises(SystemExit) as exit_:
             main(["--config", str(config), *flags])
         assert exit_.value.code == 2
-        (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
-        return line
+        lines = capsys.readouterr().err.strip().splitlines()  # a progress bar of an earlier run, then the line
+        if lines[-1] == "(python -m dlm.train --help for usage)":
+            lines.pop()
+        return lines[-1]
 
     return refused
 
@@ -206,4 +209,17 @@ def test_make_demo_model_trains_the_shipped_recipe_beside_it_and_scores_it_on_th
     out = train[train.index("--out") + 1]
     assert train[train.index("--config") + 1] == "configs/demo.toml" and not out.startswith("dlm/assets")
     assert evaluate[evaluate.index("--model") + 1] == out and "--samples" in evaluate
-    assert load_run_config(ROOT / "configs/demo.toml").train.out_dir == "dlm/assets/demo"
+    # the command the README and docs/demo-model.md give, run alone, trains where make does: never over the
+    # shipped checkpoint (its out_dir had been dlm/assets/demo)
+    assert load_run_config(ROOT / "configs/demo.toml").train.out_dir == out
+
+
+def test_a_resume_with_nothing_saved_is_one_line(tmp_path: Path, refusal) -> None:
+    """--resume in a state_dir that holds no run, nor a race's candidates, had started a fresh run silently."""
+    (tmp_path / "state").mkdir()  # a tokenizer or a race's empty folders are no state to resume either
+    (tmp_path / "state" / "tokenizer.json").write_text((ROOT / "dlm/assets/demo/tokenizer.json").read_text())
+    (tmp_path / "state" / "candidates" / "seed-0").mkdir(parents=True)
+    assert refusal("", "--resume", config=tiny_config(tmp_path)) == (
+        f"error: --resume: nothing is saved in {tmp_path / 'state'} to resume (no state.pt, nor a race's "
+        "candidates/seed-N/state.pt): start the run without --resume")
+    assert not (tmp_path / "out").exists()

@@ -14,15 +14,16 @@ from latency_bench.__main__ import main
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The last line on stderr of `python -m latency_bench <argv>`, having exited 2 without a traceback."""
+    """The line on stderr of `python -m latency_bench <argv>` (an argument's, then where --help is), having
+    exited 2 without a traceback."""
     try:
         code, lines = main(argv), 1
-    except SystemExit as exit_:  # argparse's refusal: its usage, then the line
-        code, lines = exit_.code, None
+    except SystemExit as exit_:  # argparse's refusal: the line, then where --help is
+        code, lines = exit_.code, 2
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert lines is None or len(err.strip().splitlines()) == lines
-    return err.strip().splitlines()[-1]
+    assert len(err.strip().splitlines()) == lines
+    return err.strip().splitlines()[0]
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -67,3 +68,33 @@ def test_a_checkpoint_without_a_tokenizer(tmp_path: Path, capsys: pytest.Capture
     (tmp_path / "config.json").write_text((DEMO_CHECKPOINT / "config.json").read_text())
     line = _refused(["schema-budget", "--checkpoint", str(tmp_path)], capsys)
     assert line.startswith(f"error: {tmp_path / 'tokenizer.json'}: not a tokenizer (")
+
+
+@pytest.mark.parametrize(("module", "argv", "prog"), [
+    ("latency_bench.__main__", ["api", "--clients", "0"], "python -m latency_bench api"),
+    ("latency_bench.__main__", ["warp"], "python -m latency_bench"),
+    ("latency_bench.kernels_compile", ["--arch", "x"], "python -m latency_bench.kernels_compile"),
+    ("latency_bench.gpu_check", ["--sections", "warp drive"], "python -m latency_bench.gpu_check"),
+])
+def test_an_argument_error_is_one_line_and_a_pointer_to_help(capsys: pytest.CaptureFixture[str], module: str,
+                                                             argv: list[str], prog: str) -> None:
+    """argparse had printed the whole usage first; kernels_compile's and gpu_check's named their .py file."""
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(module).main(argv)
+    assert exit_.value.code == 2
+    error, hint = capsys.readouterr().err.splitlines()
+    assert error.startswith("error: argument ") and hint == f"({prog} --help for usage)"
+
+
+@pytest.mark.parametrize(("module", "prog"), [
+    ("latency_bench.kernels_compile", "python -m latency_bench.kernels_compile"),
+    ("latency_bench.gpu_check", "python -m latency_bench.gpu_check"),
+])
+def test_help_names_the_command_to_type(capsys: pytest.CaptureFixture[str], module: str, prog: str) -> None:
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(module).main(["--help"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {prog} ")

@@ -81,3 +81,17 @@ def test_an_lm_placement_this_machine_cannot_give(tmp_path: Path, clip: Path, ca
     assert main(["run", str(clip), "--fast", "--config", str(config)]) == 2
     line = _one_line(capsys)
     assert line.startswith("error: lm.device / lm.dtype in config") and problem in line
+
+
+@pytest.mark.parametrize(("argv", "prog", "message"), [
+    (["run", "--fast"], "python -m voice run", "error: the following arguments are required: INPUT"),
+    (["serve", "--port", "0"], "python -m voice serve", "error: argument --port: must be a port, 1 to 65535"),
+])
+def test_an_argument_error_is_one_line_and_a_pointer_to_help(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                             prog: str, message: str) -> None:
+    """argparse had printed the subcommand's whole usage first."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    error, hint = capsys.readouterr().err.splitlines()
+    assert error.startswith(message) and hint == f"({prog} --help for usage)"
