@@ -4,7 +4,7 @@ grammar alone, on a form of N required strings.
 A `response_format` or tool schema with a small `max_tokens` must still close its JSON, so every position
 keeps only the tokens after which the rest still fits (`TokenGrammar.allowed_within`), and that takes walks
 to the end of the JSON. Where they are slow, one caller's request holds the model for everyone. The form is
-decoded twice per kind of keys (closed: `additionalProperties: false`; free: JSON Schema's default): picking
+decoded twice per kind of keys (closed: `additionalProperties: false`; free: `additionalProperties: true`): picking
 the token the shortest completion starts with (a model filling the form tersely) and picking at random among
 the allowed ones (a model that wanders, the costly case: every key it invents is a new state). The same
 tokens are then replayed through a fresh grammar asking only what the schema allows, the baseline.
@@ -41,8 +41,7 @@ def form_schema(fields: int, free_keys: bool) -> dict[str, Any]:
     names = [f"field_{i}" for i in range(fields)]
     schema: dict[str, Any] = {"type": "object", "properties": {n: {"type": "string"} for n in names},
                               "required": names}
-    if not free_keys:
-        schema["additionalProperties"] = False
+    schema["additionalProperties"] = free_keys  # unsaid, the decoder writes the keys listed alone
     return schema
 
 

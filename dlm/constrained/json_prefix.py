@@ -184,11 +184,12 @@ class JsonPrefixAutomaton:
         return [(("str", node_id, grow, 0, new_raw, False),)]
 
     def object_shape(self, node_id: int) -> tuple[dict[str, int], frozenset[str], int | None]:
-        """Properties, required keys and the schema of other keys; an unconstrained value's object takes any."""
+        """Properties, required keys and the schema of other keys, as decoded: an unconstrained value's object takes
+        any, one that lists its keys alone (`Node.listed_only`) none."""
         node = self.schema.nodes[node_id]
         if node.kind == "any":
             return {}, frozenset(), self.schema.ANY
-        return node.properties, node.required, node.additional
+        return node.properties, node.required, None if node.listed_only else node.additional
 
     def _object(self, frame: tuple, c: str) -> list[tuple]:
         _, node_id, used, phase, key, ws = frame

@@ -5,7 +5,11 @@ items/minItems/maxItems, string minLength/maxLength, anyOf, oneOf, allOf, local 
 #/definitions, and true/false as sub-schemas. Annotation keywords are ignored; any other constraint keyword raises
 `SchemaError`, since silently ignoring it would let the decoder produce output the caller's validator rejects.
 A schema without a type takes the one its keywords are about (properties: an object, minLength: a string), which
-allows less than JSON Schema does, never more.
+allows less than JSON Schema does, never more. So does the decoder on an object that lists its properties and
+says nothing of `additionalProperties`: it writes the keys listed (`Node.listed_only`), as xgrammar's strict mode
+reads such an object, while `check` takes other keys as JSON Schema does. Offered them, the demo model had
+written invented keys up to max_tokens (a one-key schema: 298 tokens, 15-90 s); `"additionalProperties": true`
+asks for them.
 
 Keywords beside an anyOf/oneOf/allOf/$ref apply together with each branch (member, referenced schema): the two
 are merged into one schema that is their intersection (`CompiledSchema._merge`): required keys are united,
@@ -117,6 +121,7 @@ class Node:
     properties: dict[str, int] = field(default_factory=dict)
     required: frozenset[str] = frozenset()
     additional: int | None = None  # node id for extra keys; None forbids them
+    listed_only: bool = False  # an object that lists its keys and says nothing of others: decoded with those alone
     items: int = -1
     min_items: int = 0
     max_items: int | None = None
@@ -419,7 +424,8 @@ class CompiledSchema:
         missing = required - set(props)
         if additional is None and missing:
             raise SchemaError(f"required keys {sorted(missing)} are not allowed by additionalProperties false")
-        return Node("object", properties=props, required=required, additional=additional)
+        listed_only = "additionalProperties" not in schema and bool(props) and not missing
+        return Node("object", properties=props, required=required, additional=additional, listed_only=listed_only)
 
     def _merge(self, a: Schema, b: Schema) -> Schema:
         """allOf [a, b] as one schema, so that keywords beside a branch apply to it too; False where no value is
@@ -485,7 +491,8 @@ class CompiledSchema:
             sub = self._merge(props_a.get(key, extra_a), props_b.get(key, extra_b))
             if sub is not False or extra is not False:
                 props[key] = sub
-        return {"properties": props, "additionalProperties": extra}
+        said = "additionalProperties" in a or "additionalProperties" in b  # unsaid, it stays unsaid (`_object`)
+        return {"properties": props, "additionalProperties": extra} if said else {"properties": props}
 
     def _can_write(self, text: str) -> bool:
         return self._writable is None or set(text) <= self._writable

@@ -190,3 +190,15 @@ def test_enum_values_the_vocabulary_cannot_write(demo_client):
         ask(["café", "日本"])
     reply = ask(["café", "paris"])
     assert json.loads(reply.choices[0].message.content) == {"place": "paris"}
+
+
+def test_an_object_that_lists_its_keys_is_answered_with_those(demo_client):
+    """Open to other keys by JSON Schema's default, the demo had filled the object with invented ones up to
+    max_tokens: 298 tokens and 15-90 s for `{"c": 48}`. The decoder writes the keys listed unless
+    additionalProperties says otherwise."""
+    schema = {"type": "object", "properties": {"c": {"type": "integer"}}, "required": ["c"]}
+    reply = demo_client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "what is twelve times four"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    assert set(json.loads(reply.choices[0].message.content)) == {"c"}
+    assert reply.choices[0].finish_reason == "stop" and reply.usage.completion_tokens < 20

@@ -149,6 +149,16 @@ def test_rejects_prefixes_without_valid_completion(schema: dict[str, Any], text:
         assert not state
 
 
+def test_an_object_that_lists_its_keys_is_decoded_with_those_and_checked_as_json_schema_does() -> None:
+    listed = {"type": "object", "properties": {"c": {"type": "integer"}}, "required": ["c"]}
+    automaton = JsonPrefixAutomaton(CompiledSchema(listed))
+    assert automaton.feed(automaton.initial(), '{"c": 1, "') == []  # no key but the listed one is written
+    assert check({"c": 1, "x": 2}, CompiledSchema(listed)) == []  # yet other keys are valid, as JSON Schema says
+    for open_ in ({**listed, "additionalProperties": True}, {"type": "object"}, {"type": "object", "required": ["c"]}):
+        automaton = JsonPrefixAutomaton(CompiledSchema(open_))
+        assert automaton.feed(automaton.initial(), '{"c": 1, "x": 2') != []
+
+
 def test_refs_and_nested_anyof() -> None:
     schema = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
                                                                   "next": {"anyOf": [{"$ref": "#/$defs/node"},
@@ -196,8 +206,8 @@ def test_a_oneof_of_disjoint_branches_is_exact_and_strict_keeps_it(branches: lis
     ([{"type": "integer"}, {"type": "number"}], 3),
     ([{"enum": ["a", 1]}, {"enum": [1, "b"]}], 1),
     ([{"type": "string"}, {"const": "x"}], "x"),
-    ([_kind("a"), {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}],
-     {"kind": "a", "n": 1}),
+    ([_kind("a"), {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                   "additionalProperties": True}], {"kind": "a", "n": 1}),
     ([{"type": "object", "required": ["a"]}, {"type": "object", "required": ["b"]}], {"a": 1, "b": 2}),
     ([{}, {"type": "null"}], None),
 ])
