@@ -133,10 +133,19 @@ def resample(samples: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
     return np.concatenate([resampler.process(samples), resampler.flush()])
 
 
-# G.711 mu-law. Tables are built once from the standard segment formula (bias 0x84, clip 32635), so
-# encoding and decoding are single numpy lookups; ``audioop`` is gone from Python 3.13.
+# G.711 mu-law and A-law. Tables are built once from the standard segment formulas, so encoding and decoding
+# are single numpy lookups; ``audioop`` is gone from Python 3.13.
 _MULAW_BIAS = 0x84
 _MULAW_CLIP = 32635
+_LINEAR = np.arange(-32768, 32768, dtype=np.int32)
+
+
+def _encode_table(codes: np.ndarray) -> np.ndarray:
+    """The code of every int16 sample (``codes`` in the order of ``_LINEAR``), indexed by its bit pattern read as
+    uint16."""
+    encode = np.empty(65536, dtype=np.uint8)
+    encode[_LINEAR.astype(np.int16).view(np.uint16)] = codes.astype(np.uint8)
+    return encode
 
 
 def _build_mulaw_tables() -> tuple[np.ndarray, np.ndarray]:
@@ -147,29 +156,55 @@ def _build_mulaw_tables() -> tuple[np.ndarray, np.ndarray]:
     magnitude = (((mantissa << 3) + _MULAW_BIAS) << exponent) - _MULAW_BIAS
     decode = np.where(inverted & 0x80, -magnitude, magnitude).astype(np.int16)
 
-    linear = np.arange(-32768, 32768, dtype=np.int32)
-    sign = (linear < 0).astype(np.int32) << 7
-    mag = np.minimum(np.abs(linear), _MULAW_CLIP) + _MULAW_BIAS
+    sign = (_LINEAR < 0).astype(np.int32) << 7
+    mag = np.minimum(np.abs(_LINEAR), _MULAW_CLIP) + _MULAW_BIAS
     exp = np.floor(np.log2(mag)).astype(np.int32) - 7
     mant = (mag >> (exp + 3)) & 0x0F
-    encoded = (~(sign | (exp << 4) | mant) & 0xFF).astype(np.uint8)
-    # Index the encode table by the int16 bit pattern read as uint16.
-    encode = np.empty(65536, dtype=np.uint8)
-    encode[linear.astype(np.int16).view(np.uint16)] = encoded
-    return encode, decode
+    return _encode_table(~(sign | (exp << 4) | mant) & 0xFF), decode
+
+
+def _build_alaw_tables() -> tuple[np.ndarray, np.ndarray]:
+    """A-law on the 13-bit magnitude (the sample >> 3): a segment per octave above 32, four mantissa bits, even
+    bits inverted (XOR 0x55), sign bit set for positive samples."""
+    codes = np.arange(256, dtype=np.int32) ^ 0x55
+    mantissa, segment = codes & 0x0F, (codes >> 4) & 0x07
+    magnitude = np.where(segment == 0, (mantissa << 4) + 8, ((mantissa << 4) + 0x108) << np.maximum(segment - 1, 0))
+    decode = np.where(codes & 0x80, magnitude, -magnitude).astype(np.int16)
+
+    value = _LINEAR >> 3
+    mask = np.where(value >= 0, 0xD5, 0x55)
+    value = np.where(value >= 0, value, -value - 1)
+    seg = np.maximum(np.floor(np.log2(np.maximum(value, 1))).astype(np.int32) - 4, 0)
+    mant = np.where(seg < 2, value >> 1, value >> seg) & 0x0F
+    return _encode_table(((seg << 4) | mant) ^ mask), decode
 
 
 _MULAW_ENCODE, _MULAW_DECODE = _build_mulaw_tables()
+_ALAW_ENCODE, _ALAW_DECODE = _build_alaw_tables()
+
+
+def _encode(table: np.ndarray, samples: np.ndarray) -> bytes:
+    return table[as_pcm16(samples).view(np.uint16)].tobytes()
 
 
 def mulaw_encode(samples: np.ndarray) -> bytes:
     """Encode int16 PCM to G.711 mu-law bytes (8 bits per sample; the phone wire format)."""
-    return _MULAW_ENCODE[as_pcm16(samples).view(np.uint16)].tobytes()
+    return _encode(_MULAW_ENCODE, samples)
 
 
 def mulaw_decode(data: bytes) -> np.ndarray:
     """Decode G.711 mu-law bytes to int16 PCM."""
     return _MULAW_DECODE[np.frombuffer(data, dtype=np.uint8)]
+
+
+def alaw_encode(samples: np.ndarray) -> bytes:
+    """Encode int16 PCM to G.711 A-law bytes (the European phone wire format)."""
+    return _encode(_ALAW_ENCODE, samples)
+
+
+def alaw_decode(data: bytes) -> np.ndarray:
+    """Decode G.711 A-law bytes to int16 PCM."""
+    return _ALAW_DECODE[np.frombuffer(data, dtype=np.uint8)]
 
 
 class AudioBuffer:

@@ -16,17 +16,24 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SpeechStarted:
-    """The caller started speaking (after the VAD's minimum duration); ``at`` is a monotonic time."""
+    """The caller started speaking turn ``turn_id`` (after the VAD's minimum duration); ``at`` is a monotonic
+    time, ``audio_at`` the audio time where the turn's audio begins (its pre-roll included), so that a transport
+    can say where in the audio it was written the speech lies."""
 
+    turn_id: int
     at: float
+    audio_at: float
     interrupted_reply: bool = False  # True when this speech barged in on the assistant
 
 
 @dataclass(frozen=True)
 class SpeechStopped:
-    """End of the caller's turn (silence hangover elapsed)."""
+    """End of the caller's turn ``turn_id`` (silence hangover elapsed, or the turn was committed); ``audio_at``:
+    the audio time where the turn's audio ends."""
 
+    turn_id: int
     at: float
+    audio_at: float
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,9 @@ class TranscriptDelta:
 
 @dataclass(frozen=True)
 class TranscriptCompleted:
+    """The final transcript of a turn; empty when the turn proved to be noise (no reply follows it), so that
+    every turn the caller was told of gets its result."""
+
     turn_id: int
     text: str
 
@@ -141,8 +151,9 @@ class Conversation(Protocol):
 
     output_rate: int
 
-    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
-        """Caller audio (int16 mono) at any supported rate; the pipeline resamples statefully."""
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int, timestamp: float | None = None) -> None:
+        """Caller audio (int16 mono) at any supported rate; the pipeline resamples statefully. ``timestamp``: the
+        audio time of its first sample (default: it ends now, as captured)."""
 
     def events(self) -> AsyncIterator[PipelineEvent]:
         """Every event of the conversation, in order, until :meth:`close`."""
@@ -151,8 +162,12 @@ class Conversation(Protocol):
         """The transport reports how much assistant audio actually reached the caller (for barge-in history);
         reports only grow, except a client's truncation, which says where playback stopped."""
 
-    async def commit_turn(self) -> None:
-        """End the caller's turn now (manual turn detection, e.g. Realtime input_audio_buffer.commit)."""
+    async def commit_turn(self) -> bool:
+        """End the caller's turn now (manual turn detection, e.g. Realtime input_audio_buffer.commit), once the
+        audio pushed before it is heard; False when no speech was heard to end a turn with."""
+
+    def thinking(self) -> bool:
+        """A finished turn awaits its transcript, or a reply is being produced: its answer is on its way."""
 
     def instruct(self, instructions: str) -> None:
         """The assistant's instructions (its system message) from the next reply on; empty: the configured
@@ -165,16 +180,21 @@ class Conversation(Protocol):
 
     def tune_turn_detection(self, **settings: int) -> None:
         """VAD settings (:class:`voice.vad.VadConfig` fields) over the configured ones, from the next frame on,
-        the turn in progress included (Realtime ``turn_detection``); none: the configured ones again. Raises
-        ``ValueError`` for settings the VAD refuses."""
+        the turn in progress included (Realtime ``turn_detection``); none: the configured ones again. With
+        ``ends_turns=False`` only :meth:`commit_turn` ends a turn, and no reply starts until :meth:`respond`
+        (push to talk). Raises ``ValueError`` for settings the VAD refuses."""
 
     async def clear_input(self) -> None:
         """Drop buffered caller audio that has not become a turn yet."""
 
+    def add_user_text(self, text: str) -> None:
+        """A typed user message joins the history now (after the reply in progress, if one is), unanswered
+        until a response is asked for (Realtime ``conversation.item.create``)."""
+
     async def respond(self, text: str | None = None, options: ResponseOptions = SESSION_DEFAULTS) -> None:
-        """Start an assistant response (to ``text`` as a user message, or to the history as it is), with
-        ``options`` for it alone. Raises ``ValueError``, starting nothing, for instructions that leave the model's
-        context no room for a reply."""
+        """Start an assistant response (to ``text`` as a user message, or to the history as it is once the audio
+        and commits already sent are heard), with ``options`` for it alone. Raises ``ValueError``, starting
+        nothing, for instructions that leave the model's context no room for a reply."""
 
     async def cancel_response(self) -> None:
         """Stop the current response: LM and TTS are cancelled and AudioCleared is emitted."""

@@ -227,6 +227,12 @@ class LmStage:
     def _system_messages(self) -> int:
         return 1 if self.history and self.history[0]["role"] == "system" else 0
 
+    def add_user_message(self, text: str) -> None:
+        """A typed message, answered by a later reply; the oldest exchanges go when the context cannot hold
+        them, so that messages typed without a response never pile up."""
+        self.history.append({"role": "user", "content": text})
+        self._fit_history(self.config.max_new_tokens)
+
     def record_reply(self, text: str) -> None:
         """The assistant's final message of this turn: the words the caller heard."""
         self._reply_message = {"role": "assistant", "content": text.strip()} if text.strip() else None

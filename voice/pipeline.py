@@ -59,6 +59,8 @@ SILENCE_LEVEL = 64
 INPUT_QUEUE_FRAMES = 1000
 """Caller audio waiting for the input task (~20 s of 20 ms frames) before push_audio applies backpressure."""
 
+PLAYOUT_POLL_S = 0.05
+"""How often a finished reply's playout is checked before its trace record goes out."""
 ARRIVALS_KEPT = 3000
 """Recent input frames remembered for mapping audio time to arrival time (~60 s of 20 ms frames)."""
 
@@ -93,6 +95,8 @@ class VoicePipeline:
         self._turn: Turn | None = None  # the turn the caller is speaking now
         self._reply: Reply | None = None  # the latest reply
         self._unanswered: str | None = None  # a transcript whose reply waits for the caller to finish
+        self._typed_after_reply: list[str] = []  # typed while a reply is produced: they follow its answer
+        self._finishers: set[asyncio.Task[None]] = set()  # turns being transcribed
         self._next_turn = 1
         self._audio_gen = 0
         self._background: set[asyncio.Task[Any]] = set()
@@ -128,15 +132,16 @@ class VoicePipeline:
         if truncated and reply.finished:
             self._lm.amend_last_reply(reply.log.heard(reply.played()))
 
-    async def commit_turn(self) -> None:
+    async def commit_turn(self) -> bool:
+        committed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
         def commit() -> None:
             ended = self._vad.force_end(self._audio_now())
-            if not ended:  # as OpenAI's Realtime API answers a commit of an empty buffer
-                self._emit(PipelineError("the input audio buffer holds no speech to commit",
-                                         "input_audio_buffer_commit_empty", caller_at_fault=True))
+            committed.set_result(bool(ended))  # its caller resumes after the turn's events below are queued
             self._handle_vad(ended)
 
         await self._input.put(commit)
+        return await committed
 
     def instruct(self, instructions: str) -> None:
         self._lm.instruct(self._instructions(instructions))
@@ -155,6 +160,25 @@ class VoicePipeline:
     def tune_turn_detection(self, **settings: int) -> None:
         self.config = self.config.replace(vad=dataclasses.replace(self._configured_vad, **settings))
         self._vad.retune(self.config.vad)
+
+    @property
+    def _push_to_talk(self) -> bool:
+        """Turns end only when committed, and only the client's respond() answers them."""
+        return not self.config.vad.ends_turns
+
+    def add_user_text(self, text: str) -> None:
+        """Into the history at once, unless a reply already read it: then right after that reply's answer, as
+        the Realtime API orders an item created while a response is in progress after the response's item."""
+        reply = self._reply
+        if reply is not None and reply.in_history and not reply.finished:
+            self._typed_after_reply.append(text)
+        else:
+            self._lm.add_user_message(text)
+
+    def _add_typed_after_reply(self) -> None:
+        for text in self._typed_after_reply:
+            self._lm.add_user_message(text)
+        self._typed_after_reply.clear()
 
     async def clear_input(self) -> None:
         def clear() -> None:
@@ -176,7 +200,7 @@ class VoicePipeline:
         if text is not None:
             trace.transcript = text
         self._cut_reply("client_cancelled")
-        self._start_reply(turn_id, trace, text, options=options)
+        self._start_reply(turn_id, trace, text, options=options, after_input=True)
 
     async def cancel_response(self) -> None:
         self._cut_reply("client_cancelled")
@@ -218,9 +242,11 @@ class VoicePipeline:
         return self._turn is not None
 
     def thinking(self) -> bool:
-        """A finished turn awaits its transcript, or a reply is being produced (not merely held back)."""
+        """A finished turn awaits its transcript, or a reply is being produced (not merely held back, nor one whose
+        response is done and whose audio resumed after a noise paused it)."""
         reply = self._reply
-        return self._finishing > 0 or (reply is not None and reply.producing and not reply.held)
+        return self._finishing > 0 or (reply is not None and reply.producing and not reply.held
+                                       and not reply.finished)
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -292,12 +318,14 @@ class VoicePipeline:
         trace = TurnTrace(turn_id)
         trace.mark("speech_started", self._arrival(event.timestamp))
         turn = Turn(turn_id, trace, StreamingTranscriber(self.resources.asr), event.timestamp)
-        if self.config.turn.barge_in == "vad" and self._assistant_audible():
+        if self.config.turn.barge_in == "vad" and not self._push_to_talk and self._assistant_audible():
             turn.interrupts = self._reply
         turn.transcriber.start_turn(event.audio, event.audio_start)
         turn.partials_task = asyncio.get_running_loop().create_task(self._partials_loop(turn))
         self._turn = turn
-        self._emit(SpeechStarted(self._arrival(event.timestamp), interrupted_reply=turn.interrupts is not None))
+        assert event.audio_start is not None
+        self._emit(SpeechStarted(turn_id, self._arrival(event.timestamp), event.audio_start,
+                                 interrupted_reply=turn.interrupts is not None))
 
     def _on_turn_audio(self, turn: Turn, event: VadEvent) -> None:
         turn.transcriber.feed(event.audio)
@@ -321,7 +349,7 @@ class VoicePipeline:
         if turn.ended or turn.speculative_final is not task or task.cancelled() or task.exception() is not None:
             return
         text = collapse_repeats(task.result().text)
-        if not text or self._unanswered is not None or self._closed:
+        if not text or self._unanswered is not None or self._closed or self._push_to_talk:
             return
         turn.stamps_before_reply = set(turn.trace.stamps)
         turn.trace.mark("asr_final")
@@ -351,6 +379,7 @@ class VoicePipeline:
             del turn.trace.stamps[name]
         if self._reply is reply:
             self._reply = None
+        self._add_typed_after_reply()
 
     def _on_turn_ended(self, turn: Turn, event: VadEvent) -> None:
         turn.ended = True
@@ -358,9 +387,11 @@ class VoicePipeline:
         assert event.speech_end is not None
         turn.trace.mark("speech_end", self._arrival(event.speech_end))
         turn.trace.mark("turn_end_detected", self._arrival(event.timestamp))
-        self._emit(SpeechStopped(self._arrival(event.timestamp)))
+        self._emit(SpeechStopped(turn.id, self._arrival(event.timestamp), event.timestamp))
         self._finishing += 1
-        self._spawn(self._finish_turn(turn))
+        finisher = self._spawn(self._finish_turn(turn))
+        self._finishers.add(finisher)
+        finisher.add_done_callback(self._finishers.discard)
 
     def _drop_turn(self) -> None:
         """Forget the turn being spoken (cleared input, or a new turn replacing it), with the final transcript
@@ -398,6 +429,7 @@ class VoicePipeline:
             text = collapse_repeats(final.text)
             reply = turn.interrupts
             if not text:  # noise or silence: no turn after all
+                self._emit(TranscriptCompleted(turn.id, ""))
                 if reply is not None and reply.paused and not reply.dropped:
                     self._resume(reply)
                 elif self._unanswered is not None and self._turn is None:
@@ -405,6 +437,9 @@ class VoicePipeline:
                 return
             turn.trace.transcript = text
             self._emit(TranscriptCompleted(turn.id, text))
+            if self._push_to_talk:  # the words wait for the client's response.create
+                self.add_user_text(text)
+                return
             if turn.speculative_reply is not None:
                 self._release(turn.speculative_reply, turn.counters)
                 return
@@ -432,8 +467,9 @@ class VoicePipeline:
     # ----- replies: LM -> clauses -> TTS -> audio ------------------------------------------------
 
     def _start_reply(self, turn_id: int, trace: TurnTrace, user_text: str | None, held: bool = False,
-                     options: ResponseOptions = SESSION_DEFAULTS) -> Reply:
-        """Answer; a ``held`` reply keeps its output back until :meth:`_release` (speculative start)."""
+                     options: ResponseOptions = SESSION_DEFAULTS, after_input: bool = False) -> Reply:
+        """Answer; a ``held`` reply keeps its output back until :meth:`_release` (speculative start); one
+        ``after_input`` first waits for the input sent before it (:meth:`_input_heard`)."""
         self._unanswered = None
         self._audio_gen += 1
         reply = Reply(turn_id, trace, self.output_rate, history_mark=self._lm.mark(), held=held,
@@ -442,7 +478,7 @@ class VoicePipeline:
             reply.confirmed.set()
         self._reply = reply
         loop = asyncio.get_running_loop()
-        reply.lm_task = loop.create_task(self._think(reply, user_text))
+        reply.lm_task = loop.create_task(self._think(reply, user_text, after_input))
         reply.tts_task = loop.create_task(self._speak(reply, self._audio_gen))
         return reply
 
@@ -460,11 +496,23 @@ class VoicePipeline:
         if reply.done_while_held:
             self._finish(reply, "".join(reply.text), cancelled=False)
 
-    async def _think(self, reply: Reply, user_text: str | None) -> None:
+    async def _input_heard(self) -> None:
+        """Wait until the audio and commits queued before now are in the history: a response asked for right
+        after a commit answers the committed words, not the history before them."""
+        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._input.put(lambda: reached.done() or reached.set_result(None))
+        await reached
+        if self._finishers:
+            await asyncio.wait(set(self._finishers))
+
+    async def _think(self, reply: Reply, user_text: str | None, after_input: bool = False) -> None:
         streaming = self.config.turn.stream_tts
         chunker = ClauseChunker(self.config.chunker)
         tools = 0
         try:
+            if after_input:
+                await self._input_heard()
+            reply.in_history = True
             async for out in self._lm.reply(user_text, before_tool=reply.confirmed.wait, options=reply.options,
                                             usage=reply.usage):
                 if isinstance(out, ToolCall):
@@ -564,8 +612,9 @@ class VoicePipeline:
         if reply.lm_task is not None:
             reply.lm_task.cancel()
         heard = reply.log.heard(reply.paused_at_sample)
-        if reply.finished:
+        if reply.finished:  # all handed over, cut while it played out: its record goes out saying so
             self._lm.amend_last_reply(heard)
+            reply.record.update(interrupted=True, reply=" ".join(heard.split()))
         else:
             self._finish(reply, heard, cancelled=True)
 
@@ -589,14 +638,32 @@ class VoicePipeline:
         reply.finished = True
         text = " ".join(text.split())
         self._lm.record_reply(reply.log.heard(reply.played()) if reply.truncated else text)
+        self._add_typed_after_reply()
         reply.trace.reply = text
-        record = reply.trace.to_dict()
+        record = reply.record = reply.trace.to_dict()
         record.update(reply.counters)
+        if reply.audible() or reply.paused:
+            self._spawn(self._record_after_playout(reply))
+        else:
+            self._record(record)
+        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, error=reply.error, reason=reply.end_reason,
+                                usage=dataclasses.replace(reply.usage)))
+
+    async def _record_after_playout(self, reply: Reply) -> None:
+        """A reply handed over faster than it plays can still be cut by a barge-in, which :meth:`_drop` writes
+        into its record (the ResponseDone's trace, the same dict). Its metrics and trace line wait until the
+        caller has heard it out, so that each turn gets one record, and a true one: a corrected second record
+        would count the turn's latencies twice and leave a trace file with two lines that disagree."""
+        try:
+            while (reply.audible() or reply.paused) and not reply.dropped:
+                await asyncio.sleep(PLAYOUT_POLL_S)
+        finally:  # closing the conversation records what it holds
+            self._record(reply.record)
+
+    def _record(self, record: dict[str, Any]) -> None:
         self.resources.metrics.observe(record)
         if self._on_trace is not None:
             self._on_trace(record)
-        self._emit(ResponseDone(reply.turn_id, text, cancelled, record, error=reply.error, reason=reply.end_reason,
-                                usage=dataclasses.replace(reply.usage)))
 
     # ----- plumbing --------------------------------------------------------------------------
 
@@ -615,7 +682,8 @@ class VoicePipeline:
         turn_id, self._next_turn = self._next_turn, self._next_turn + 1
         return turn_id
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task

@@ -56,8 +56,12 @@ class Reply:
     done_while_held: bool = False
     confirmed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the reply is not speculative: tools that change state (`Tool.changes_state`) wait for it."""
+    in_history: bool = False
+    """Its LM began on the history: a message typed from now on follows its answer."""
     generation: int = 0
     """The audio generation its current TTS task emits under."""
+    record: dict[str, Any] = field(default_factory=dict)
+    """Its trace record, once finished; a barge-in while it still plays out amends it."""
     finished: bool = False
     """ResponseDone went out (all audio handed over, or the reply was dropped)."""
     played_reported: int | None = None

@@ -52,6 +52,9 @@ class VadConfig:
     """A turn is cut here: Whisper sees at most 30 s at once."""
     end_drop_db: float = 30.0
     """The real end of speech is the last 10 ms whose level is within this of the turn's loudest frame."""
+    ends_turns: bool = True
+    """False: silence never ends a turn, only :meth:`TurnDetector.force_end` (or ``max_turn_ms``) does, as a
+    push-to-talk client commits its turns itself."""
 
     def __post_init__(self) -> None:
         if self.aggressiveness not in (0, 1, 2, 3):
@@ -226,7 +229,7 @@ class TurnDetector:
                 return [VadEvent(VadEventKind.SPEECH_RESUMED, self._run_start)]
         else:
             self._run = 0
-        if (end - self._silence_ts) * 1000 >= self.config.hangover_ms - 1e-6:
+        if self.config.ends_turns and (end - self._silence_ts) * 1000 >= self.config.hangover_ms - 1e-6:
             speech_end = self._silence_ts
             self._reset_turn()
             return [VadEvent(VadEventKind.TURN_ENDED, end, speech_end=speech_end)]

@@ -14,11 +14,14 @@ from voice.events import (
     ResponseDone,
     ResponseOptions,
     SpeechStarted,
+    SpeechStopped,
     TokenUsage,
+    TranscriptCompleted,
     TranscriptDelta,
 )
 from voice.transports.realtime_events import (
     MAX_OUTPUT_TOKENS,
+    PCMA_8K,
     PCMU_8K,
     ClientEventError,
     RealtimeEncoder,
@@ -36,8 +39,12 @@ def test_session_update_accepts_ga_and_beta_shapes() -> None:
     assert ga.input_format == PCMU_8K and ga.turn_detection == {"type": "server_vad"} and ga.instructions == "hi"
     beta = apply_session_update(config, {"output_audio_format": "g711_ulaw", "turn_detection": {"type": "server_vad"}})
     assert beta.output_format == PCMU_8K and beta.to_json()["audio"]["output"]["format"]["rate"] == 8000
+    alaw = apply_session_update(config, {"input_audio_format": "g711_alaw",
+                                         "audio": {"output": {"format": {"type": "audio/pcma", "rate": 8000}}}})
+    assert alaw.input_format == alaw.output_format == PCMA_8K  # G.711 A-law had been refused
+    assert apply_session_update(config, {"turn_detection": None}).turn_detection is None  # push to talk
     for bad in ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
-                {"turn_detection": {"type": "push_to_talk"}}, {"turn_detection": None}, {"instructions": 5},
+                {"turn_detection": {"type": "push_to_talk"}}, {"instructions": 5},
                 "nope"):
         with pytest.raises(ClientEventError):
             apply_session_update(config, bad)
@@ -50,7 +57,7 @@ def test_session_update_accepts_ga_and_beta_shapes() -> None:
 
 def test_transcript_deltas_only_append_and_carry_the_tentative_tail() -> None:
     enc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=True, t0=0.0)
-    [started] = enc.encode(SpeechStarted(at=1.5))
+    [started] = enc.encode(SpeechStarted(4, at=9.0, audio_at=1.5))
     first = enc.encode(TranscriptDelta(4, "what is", "the cap"))[0]
     second = enc.encode(TranscriptDelta(4, "what is the", "capital"))[0]
     assert started["audio_start_ms"] == 1500 and first["item_id"] == started["item_id"] == second["item_id"]
@@ -64,9 +71,15 @@ def test_a_response_opens_once_streams_audio_and_closes_with_its_trace() -> None
     out = enc.encode(ReplyTextDelta(2, "Paris."))
     out += enc.encode(AudioOut(2, tone, 24000))
     out += enc.encode(ResponseDone(2, "Paris.", False, {"voice_to_voice_ms": 321.0}))
-    kinds = [e["type"] for e in out]
-    assert kinds[:3] == ["response.created", "response.output_audio_transcript.delta", "response.output_audio.delta"]
-    assert kinds[-1] == "response.done" and kinds.count("response.created") == 1
+    kinds = [kind for i, kind in enumerate(e["type"] for e in out) if i == 0 or kind != out[i - 1]["type"]]
+    assert kinds == [  # the GA protocol's order: the item and its content part open and close around the deltas
+        "response.created", "response.output_item.added", "conversation.item.added", "response.content_part.added",
+        "response.output_audio_transcript.delta", "response.output_audio.delta", "response.output_audio.done",
+        "response.output_audio_transcript.done", "response.content_part.done", "response.output_item.done",
+        "conversation.item.done", "response.done"]
+    item_done = next(e for e in out if e["type"] == "response.output_item.done")["item"]
+    assert item_done == out[-1]["response"]["output"][0] and item_done["content"][0]["transcript"] == "Paris."
+    assert next(e for e in out if e["type"] == "conversation.item.added")["item"]["id"] == item_done["id"]
     assert out[-1]["response"]["status"] == "completed" and out[-1]["trace"] == {"voice_to_voice_ms": 321.0}
     assert len({e["event_id"] for e in out}) == len(out)
     assert out[-1]["response"]["usage"] is None  # nobody counted
@@ -81,7 +94,8 @@ def test_a_response_opens_once_streams_audio_and_closes_with_its_trace() -> None
     assert "status_details" not in out[-1]["response"]
     # Over WebRTC the server owns playback: audio stays off the events, a barge-in is reported.
     rtc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=False, t0=0.0)
-    assert [e["type"] for e in rtc.encode(AudioOut(3, tone, 24000))] == ["response.created"]
+    opened = [e["type"] for e in rtc.encode(AudioOut(3, tone, 24000))]
+    assert opened[0] == "response.created" and "response.output_audio.delta" not in opened
     assert rtc.encode(AudioCleared(3))[0]["type"] == "output_audio_buffer.cleared"
 
 
@@ -194,3 +208,22 @@ def test_response_options_are_checked_not_ignored() -> None:
         with pytest.raises(ClientEventError) as refused:
             response_options(response)
         assert (refused.value.code, refused.value.param) == (code, param), response
+
+
+def test_each_event_about_a_spoken_item_names_the_item_its_speech_started_announced() -> None:
+    """A transcript had carried the latest unclaimed item: the second utterance's speech_started, when it came
+    before the first one's transcript. Each item's committed, transcription and conversation.item events name
+    the item of its own speech_started, and the item order (previous_item_id) follows the commits."""
+    enc = RealtimeEncoder(SessionConfig(id="s"), audio_in_events=True, t0=0.0)
+    out = [e for ev in (SpeechStarted(1, 0.5, 0.5), SpeechStopped(1, 1.0, 1.0), SpeechStarted(2, 1.2, 1.2),
+                        TranscriptCompleted(1, "hi."), SpeechStopped(2, 2.0, 2.0), TranscriptCompleted(2, "bye."))
+           for e in enc.encode(ev)]
+    first, second = [e["item_id"] for e in out if e["type"] == "input_audio_buffer.speech_started"]
+    assert first != second
+    assert [(e["item_id"], e["transcript"]) for e in out
+            if e["type"] == "conversation.item.input_audio_transcription.completed"] == [(first, "hi."), (second, "bye.")]
+    assert [(e["item_id"], e["previous_item_id"]) for e in out if e["type"] == "input_audio_buffer.committed"] == [
+        (first, None), (second, first)]
+    assert [(e["item"]["id"], e["previous_item_id"]) for e in out if e["type"] == "conversation.item.added"] == [
+        (first, None), (second, first)]
+    assert [e["audio_end_ms"] for e in out if e["type"] == "input_audio_buffer.speech_stopped"] == [1000, 2000]

@@ -14,7 +14,7 @@ import aiohttp
 import numpy as np
 from live_server import CAPITAL, COUNTRY, drained, registry, url
 
-from tests.conftest import demo_answers_correctly
+from tests.conftest import demo_answers_correctly, noise_burst
 from voice.audio import resample
 from voice.lm_stage import LmStage
 from voice.pipeline import VoicePipeline
@@ -117,15 +117,17 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
             (json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"abc").decode(),
                          "event_id": "a2"}), "invalid_audio"),  # PCM16 needs an even number of bytes
             (json.dumps({"type": "session.update", "session": {"audio": {"input": {
-                "format": {"type": "audio/pcma"}}}}}), "invalid_audio_format"),
-            (json.dumps({"type": "session.update", "session": {"input_audio_format": "g711_alaw"}}),
+                "format": {"type": "audio/pcma", "rate": 16000}}}}}), "invalid_audio_format"),
+            (json.dumps({"type": "session.update", "session": {"input_audio_format": "g722"}}),
              "invalid_audio_format"),
             (json.dumps({"type": "session.update", "session": {"audio": {"input": 5}}}),
              "invalid_request"),  # had been a server_error
             (json.dumps({"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 5}),
              "invalid_request"),
             ("x" * (1 << 20) + "x", "message_too_large"),
-            (json.dumps({"type": "input_audio_buffer.commit"}), "input_audio_buffer_commit_empty"),  # had been silent
+            (json.dumps({"type": "input_audio_buffer.commit", "event_id": "e1"}),
+             "input_audio_buffer_commit_empty"),  # had been silent, then had not named the client's event
+            (json.dumps({"type": "response.cancel", "event_id": "c2"}), "response_cancel_not_active"),  # had been silent
             # had been server errors: a lone surrogate had also stayed in the history and failed every later turn
             (json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
                 {"type": "input_text", "text": "hi \ud800"}]}}), "invalid_json"),
@@ -141,6 +143,8 @@ async def test_bad_input_gets_error_events_and_the_session_lives_on(serve, new_p
             assert error["error"]["type"] == "invalid_request_error", error
         assert seen[2]["error"]["event_id"] is None and seen[3]["error"]["event_id"] == "c1"
         assert [seen[4]["error"]["event_id"], seen[5]["error"]["event_id"]] == ["a1", "a2"]  # a2's had been None
+        assert [e["error"]["event_id"] for e in seen if e["type"] == "error" and e["error"]["code"] in (
+            "input_audio_buffer_commit_empty", "response_cancel_not_active")] == ["e1", "c2"]
 
         await ws.send_json({"type": "session.update", "session": {"input_audio_format": "g711_ulaw"}})
         updated = await next_event(ws, "session.updated", seen)
@@ -479,4 +483,122 @@ async def test_options_the_server_would_ignore_are_refused_and_the_session_lives
         await ws.send_json({"type": "response.create", "response": {"output_modalities": ["audio"]}})
         assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
     assert [e["error"]["event_id"] for e in seen if e["type"] == "error"] == ["u1", "r1", "r2"]
+    assert await drained(server)
+
+
+async def send_audio(ws: aiohttp.ClientWebSocketResponse, pcm48: np.ndarray) -> None:
+    """Append 24 kHz PCM16 in 100 ms events as fast as the socket takes them (a recording, not a microphone)."""
+    pcm = resample(pcm48, 48000, 24000)
+    for start in range(0, len(pcm), 2400):
+        chunk = pcm[start:start + 2400].astype("<i2").tobytes()
+        await ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
+
+
+def user_messages(history: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in history if m["role"] == "user"]
+
+
+async def test_a_typed_item_joins_the_history_when_it_is_added(serve, new_pipeline, question) -> None:
+    """Typed text had waited for the next response.create: a spoken turn in between was answered without it, and
+    a later bare response.create answered it again. It is in the history once conversation.item.added is sent,
+    keeps the client's item id, and a response.create answers the history as it stands."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with session(server, seen) as (ws, history):
+        await ws.send_json({"type": "conversation.item.create", "item": {
+            "id": "my_item", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}})
+        added = await next_event(ws, "conversation.item.added", seen)
+        assert (added["item"]["id"], added["previous_item_id"]) == ("my_item", None)
+        assert user_messages(history) == ["hello"]
+        await speak(ws, question[0])
+        spoken = (await next_event(ws, "conversation.item.input_audio_transcription.completed", seen))["transcript"]
+        await next_event(ws, "response.done", seen)
+        assert user_messages(history) == ["hello", spoken]
+        await ws.send_json({"type": "response.create"})
+        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
+        kept = user_messages(history)  # the model's short context may have forgotten the oldest of them
+        assert kept == ["hello", spoken][2 - len(kept):], kept  # "hello" had been answered again
+        assert history[-1]["role"] == "assistant"
+    assert not [e for e in seen if e["type"] == "error"]
+    assert await drained(server)
+
+
+async def test_push_to_talk_commits_a_turn_that_response_create_answers(serve, new_pipeline, question) -> None:
+    """turn_detection null had been refused. Now silence ends no turn and announces no speech: the commit makes the
+    user item and response.create, sent at once after it, answers its words, in one response."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with session(server, seen) as (ws, history):
+        await ws.send_json({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}})
+        updated = await next_event(ws, "session.updated", seen)
+        assert updated["session"]["audio"]["input"]["turn_detection"] is None
+        await send_audio(ws, question[0])  # three seconds of silence after the words
+        await asyncio.sleep(2)
+        assert [e["type"] for e in seen] == ["session.created", "session.updated"]
+        await ws.send_json({"type": "input_audio_buffer.commit"})
+        await ws.send_json({"type": "response.create"})
+        committed = await next_event(ws, "input_audio_buffer.committed", seen)
+        heard = await next_event(ws, "conversation.item.input_audio_transcription.completed", seen)
+        done = await next_event(ws, "response.done", seen)
+        assert heard["item_id"] == committed["item_id"] and COUNTRY in heard["transcript"].lower()
+        assert done["response"]["status"] == "completed"
+        assert user_messages(history) == [heard["transcript"]] and history[-1]["role"] == "assistant"
+        assert [e["type"] for e in seen].count("response.created") == 1
+        assert not [e for e in seen if e["type"].startswith("input_audio_buffer.speech_")]
+    assert not [e for e in seen if e["type"] == "error"]
+    assert await drained(server)
+
+
+async def test_a_committed_turn_and_a_response_create_give_one_response(serve, new_pipeline, question) -> None:
+    """With server VAD a response.create sent right after a commit had been accepted, and then cut when the turn's
+    own response started: two responses, the first answering the history without the turn. As OpenAI's server
+    does, the turn's response is active from the commit, and the response.create is refused."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with session(server, seen) as (ws, history):
+        await send_audio(ws, question[0][:-3 * 48000])  # no silence after the words: the commit ends the turn
+        await ws.send_json({"type": "input_audio_buffer.commit"})
+        await ws.send_json({"type": "response.create", "event_id": "rc"})
+        refusal = await next_event(ws, "error", seen)
+        assert (refusal["error"]["code"], refusal["error"]["event_id"]) == ("conversation_already_has_active_response",
+                                                                           "rc")
+        done = await next_event(ws, "response.done", seen)
+        await asyncio.sleep(1)
+        assert done["response"]["status"] == "completed"
+        assert [e["type"] for e in seen].count("response.created") == 1
+        assert len(user_messages(history)) == 1 and COUNTRY in user_messages(history)[0].lower()
+    assert await drained(server)
+
+
+async def test_speech_positions_are_places_in_the_audio_written(serve, new_pipeline, question) -> None:
+    """audio_start_ms and audio_end_ms had been wall-clock ms since the socket opened; they are the VAD's
+    positions in the audio appended, however late or fast it came. The speech of ``question`` starts at 1 s."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    speech_ms = (len(question[0]) - 4 * 48000) * 1000 // 48000
+    async with session(server, seen) as (ws, _):
+        await asyncio.sleep(2.5)  # a client idle for a while
+        await send_audio(ws, question[0])
+        started = await next_event(ws, "input_audio_buffer.speech_started", seen)
+        stopped = await next_event(ws, "input_audio_buffer.speech_stopped", seen)
+        await next_event(ws, "response.done", seen)
+    assert 1000 - 400 <= started["audio_start_ms"] <= 1000  # the pre-roll (prefix_padding_ms) included
+    assert 1000 + speech_ms <= stopped["audio_end_ms"] <= 1000 + speech_ms + 600  # and the hangover
+    assert await drained(server)
+
+
+async def test_a_committed_noise_gets_an_empty_transcript(serve, new_pipeline) -> None:
+    """A turn that proved to be noise had left its committed item without any transcription result; as OpenAI's
+    server does for an inaudible item, it is completed with an empty transcript, and nothing answers it."""
+    server = await serve(new_pipeline)
+    seen: list[dict[str, Any]] = []
+    async with session(server, seen) as (ws, _):
+        await send_audio(ws, np.concatenate([noise_burst(48000), np.zeros(2 * 48000, dtype=np.int16)]))
+        committed = await next_event(ws, "input_audio_buffer.committed", seen)
+        heard = await next_event(ws, "conversation.item.input_audio_transcription.completed", seen)
+        assert (heard["item_id"], heard["transcript"]) == (committed["item_id"], "")
+        await ws.send_json({"type": "response.create"})  # nothing is on its way: a response may be asked for
+        assert (await next_event(ws, "response.done", seen))["response"]["status"] == "completed"
+        assert [e["type"] for e in seen].count("response.created") == 1
+    assert not [e for e in seen if e["type"] == "error"]
     assert await drained(server)

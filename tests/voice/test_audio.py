@@ -7,6 +7,8 @@ from voice.audio import (
     AudioFormatError,
     PcmFrame,
     Resampler,
+    alaw_decode,
+    alaw_encode,
     mulaw_decode,
     mulaw_encode,
     resample,
@@ -92,6 +94,23 @@ def test_mulaw_known_values() -> None:
     np.testing.assert_array_equal(
         mulaw_decode(bytes([0xFF, 0x80, 0x00, 0xF2, 0x72])), [0, 32124, -32124, 104, -104]
     )
+
+
+def test_alaw_known_values() -> None:
+    """ITU-T G.711 A-law: 0 is 0xD5 (its negative twin 0x55), full scale 0xAA / 0x2A, decoded to segment middles."""
+    linear = np.array([0, -1, 32767, -32768, 100, -100], dtype=np.int16)
+    assert alaw_encode(linear) == bytes([0xD5, 0x55, 0xAA, 0x2A, 0xD3, 0x53])
+    np.testing.assert_array_equal(
+        alaw_decode(bytes([0xD5, 0x55, 0xAA, 0x2A, 0xD3, 0x53])), [8, -8, 32256, -32256, 104, -104]
+    )
+
+
+def test_alaw_round_trip_error_is_within_g711_step_and_codes_are_stable() -> None:
+    linear = np.arange(-32768, 32768, dtype=np.int32)
+    error = np.abs(alaw_decode(alaw_encode(linear.astype(np.int16))).astype(np.int32) - linear)
+    assert np.all(error <= np.maximum(np.abs(linear) / 32, 16) + 8)  # half a step: 1/32 of the magnitude, or 8
+    codes = np.arange(256, dtype=np.uint8)
+    assert alaw_encode(alaw_decode(codes.tobytes())) == codes.tobytes()
 
 
 def test_mulaw_round_trip_error_is_within_g711_step() -> None:

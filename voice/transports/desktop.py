@@ -91,7 +91,7 @@ async def talk(conversation: Any, sd: Any, input_device: int, output_device: int
                 playout.write(ev.turn_id, ev.pcm, ev.sample_rate)
             elif isinstance(ev, AudioCleared):
                 playout.clear()
-            elif isinstance(ev, TranscriptCompleted):
+            elif isinstance(ev, TranscriptCompleted) and ev.text:  # an empty one was noise: no reply follows
                 print(f"\nyou: {ev.text}\nassistant: ", end="", flush=True)
             elif isinstance(ev, ReplyTextDelta):
                 print(ev.text, end="", flush=True)

@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from dlm.api.json_text import JsonTextError, loads_client_json
-from voice.audio import AudioFormatError, Resampler, mulaw_decode, mulaw_encode, pcm_from_bytes
+from voice.audio import (
+    AudioFormatError,
+    Resampler,
+    alaw_decode,
+    alaw_encode,
+    mulaw_decode,
+    mulaw_encode,
+    pcm_from_bytes,
+)
 from voice.events import (
     SESSION_DEFAULTS,
     AudioCleared,
@@ -66,21 +74,32 @@ class ClientEventError(Exception):
 
 # ---------------------------------------------------------------------------------------------- formats
 
+def _pcm16_bytes(pcm: np.ndarray) -> bytes:
+    return pcm.astype("<i2").tobytes()
+
+
+_CODECS: dict[str, tuple[Callable[[bytes], np.ndarray], Callable[[np.ndarray], bytes]]] = {
+    "audio/pcm": (pcm_from_bytes, _pcm16_bytes), "audio/pcmu": (mulaw_decode, mulaw_encode),
+    "audio/pcma": (alaw_decode, alaw_encode),
+}
+
+
 @dataclass(frozen=True)
 class AudioFormat:
-    """An audio format on the wire: 16-bit PCM (``audio/pcm``, 24 kHz in the protocol) or mu-law 8 kHz."""
+    """An audio format on the wire: 16-bit PCM (``audio/pcm``, 24 kHz in the protocol), or G.711 mu-law
+    (``audio/pcmu``) or A-law (``audio/pcma``) at 8 kHz."""
 
-    kind: str  # "audio/pcm" | "audio/pcmu"
+    kind: str  # a key of _CODECS
     rate: int
 
     def decode(self, data: bytes) -> np.ndarray:
         try:
-            return mulaw_decode(data) if self.kind == "audio/pcmu" else pcm_from_bytes(data)
+            return _CODECS[self.kind][0](data)
         except AudioFormatError as err:
             raise ClientEventError(str(err), code="invalid_audio", param="audio") from None
 
     def encode(self, pcm: np.ndarray) -> bytes:
-        return mulaw_encode(pcm) if self.kind == "audio/pcmu" else pcm.astype("<i2").tobytes()
+        return _CODECS[self.kind][1](pcm)
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.kind, "rate": self.rate}
@@ -88,27 +107,28 @@ class AudioFormat:
 
 PCM16_24K = AudioFormat("audio/pcm", 24000)
 PCMU_8K = AudioFormat("audio/pcmu", 8000)
-_BETA_FORMATS = {"pcm16": PCM16_24K, "g711_ulaw": PCMU_8K}
+PCMA_8K = AudioFormat("audio/pcma", 8000)
+_BETA_FORMATS = {"pcm16": PCM16_24K, "g711_ulaw": PCMU_8K, "g711_alaw": PCMA_8K}
+_GA_FORMATS = {fmt.kind: fmt for fmt in _BETA_FORMATS.values()}
 
 
 def parse_audio_format(value: Any, param: str) -> AudioFormat:
-    """A GA ``{"type": "audio/pcm", "rate": 24000}`` object or a beta name (``"pcm16"``, ``"g711_ulaw"``)."""
+    """A GA ``{"type": "audio/pcm", "rate": 24000}`` object or a beta name (``"pcm16"``, ``"g711_ulaw"``,
+    ``"g711_alaw"``)."""
     if isinstance(value, str):
         if value in _BETA_FORMATS:
             return _BETA_FORMATS[value]
-        raise ClientEventError(f"unsupported audio format {value!r}; use 'pcm16' or 'g711_ulaw'",
+        raise ClientEventError(f"unsupported audio format {value!r}; use 'pcm16', 'g711_ulaw' or 'g711_alaw'",
                                code="invalid_audio_format", param=param)
     if not isinstance(value, dict):
         raise ClientEventError("audio format must be an object like {'type': 'audio/pcm', 'rate': 24000}",
                                code="invalid_audio_format", param=param)
     check_fields(value, AUDIO_FORMAT_FIELDS, param)  # {"rate": 24000, "channels": 2} had been read as mono
-    kind, rate = value.get("type"), value.get("rate")
-    if kind == "audio/pcm" and rate in (None, 24000):
-        return PCM16_24K
-    if kind == "audio/pcmu" and rate in (None, 8000):
-        return PCMU_8K
+    fmt = _GA_FORMATS.get(value.get("type"))
+    if fmt is not None and value.get("rate") in (None, fmt.rate):
+        return fmt
     raise ClientEventError(
-        f"unsupported audio format {value!r}; use audio/pcm at 24000 Hz or audio/pcmu at 8000 Hz",
+        f"unsupported audio format {value!r}; use audio/pcm at 24000 Hz, or audio/pcmu or audio/pcma at 8000 Hz",
         code="invalid_audio_format", param=param)
 
 
@@ -123,7 +143,8 @@ class SessionConfig:
     output_format: AudioFormat = PCM16_24K
     instructions: str = ""
     voice: str = "joe"
-    turn_detection: dict[str, Any] = field(default_factory=lambda: {"type": "server_vad"})
+    turn_detection: dict[str, Any] | None = field(default_factory=lambda: {"type": "server_vad"})
+    """None: push to talk, the client commits each turn and asks for its response."""
     max_output_tokens: int | None = None  # a cap on each reply's tokens; None: "inf", the server's own cap
 
     def to_json(self) -> dict[str, Any]:
@@ -216,14 +237,14 @@ def _sub_object(parent: dict[str, Any], key: str, rules: Rules, param: str) -> d
     return value
 
 
-def _turn_detection(turn: Any, param: str) -> dict[str, Any]:
-    """The turn_detection the session applies: the pipeline always finds turns with its VAD
-    (input_audio_buffer.commit can still end one early), so switching detection off is refused rather than
-    acknowledged and ignored; the VAD's settings in OpenAI's names (`VAD_TUNING`) are taken."""
+def _turn_detection(turn: Any, param: str) -> dict[str, Any] | None:
+    """The turn_detection the session applies: null for push to talk (input_audio_buffer.commit ends each turn,
+    response.create answers it), else the server's VAD with its settings in OpenAI's names (`VAD_TUNING`)."""
+    if turn is None:
+        return None
     if not (isinstance(turn, dict) and turn.get("type") in ("server_vad", "semantic_vad")):
-        raise ClientEventError("this server always detects turns: turn_detection must be "
-                               "{'type': 'server_vad'} (or 'semantic_vad'); commit ends a turn early",
-                               code="unsupported_value", param=param)
+        raise ClientEventError("turn_detection must be null (push to talk) or {'type': 'server_vad'} "
+                               "(or 'semantic_vad')", code="unsupported_value", param=param)
     check_fields(turn, TURN_DETECTION_FIELDS, param)
     applied: dict[str, Any] = {"type": "server_vad"}
     for key, (low, high) in VAD_TUNING.items():
@@ -250,10 +271,12 @@ def _token_cap(value: Any, param: str) -> int | None:
     return value
 
 
-def vad_settings(turn_detection: dict[str, Any]) -> dict[str, int]:
+def vad_settings(turn_detection: dict[str, Any] | None) -> dict[str, int]:
     """A session's turn_detection as VAD settings (:class:`voice.vad.VadConfig` fields). The threshold (0 to 1,
     higher: louder sound needed to count as speech) picks webrtcvad's aggressiveness in four bands, so
-    OpenAI's default 0.5 is the VAD's default mode 2."""
+    OpenAI's default 0.5 is the VAD's default mode 2. None (push to talk): silence ends no turn."""
+    if turn_detection is None:
+        return {"ends_turns": False}
     names = {"prefix_padding_ms": "preroll_ms", "silence_duration_ms": "hangover_ms"}
     settings = {names[key]: int(turn_detection[key]) for key in names if key in turn_detection}
     if "threshold" in turn_detection:
@@ -382,6 +405,14 @@ def user_text(event: dict[str, Any]) -> str:
     return " ".join(texts)
 
 
+def client_item_id(event: dict[str, Any]) -> str | None:
+    """The id a client gave the item it creates (kept, as OpenAI keeps it), or None to have one made."""
+    item_id = event["item"].get("id")
+    if item_id is not None and not (isinstance(item_id, str) and 0 < len(item_id) <= 64):
+        raise ClientEventError("item.id must be a string of 1 to 64 characters", param="item.id")
+    return item_id
+
+
 # ---------------------------------------------------------------------------------------------- encoding
 
 def error_event(event_id: str, message: str, code: str, error_type: str = "invalid_request_error",
@@ -409,9 +440,11 @@ class RealtimeEncoder:
     """Turns one session's pipeline events into Realtime server events.
 
     It keeps what the protocol needs across events: ids for the caller's items and the assistant's
-    responses, how much of the transcript was already sent as deltas, and a stateful resampler for the
-    audio deltas. ``audio_in_events`` is False for WebRTC, where audio travels on the media track and
-    the server owns the playback buffer (so it reports ``output_audio_buffer.cleared`` instead).
+    responses, the conversation's item order (``previous_item_id``), how much of the transcript was already sent
+    as deltas, and a stateful resampler for the audio deltas. ``audio_in_events`` is False for WebRTC, where
+    audio travels on the media track and the server owns the playback buffer (so it reports
+    ``output_audio_buffer.cleared`` instead). ``t0`` is the audio time of the session's first input sample: the
+    origin of ``audio_start_ms``/``audio_end_ms``.
     """
 
     def __init__(self, config: SessionConfig, audio_in_events: bool, t0: float) -> None:
@@ -420,9 +453,10 @@ class RealtimeEncoder:
         self._t0 = t0
         self._ids = itertools.count(1)
         self._speech_items = itertools.count(1)
-        self._speech_item = ""  # the item announced by the last speech_started
-        self._unclaimed_speech_item: str | None = None
-        self._turn_items: dict[int, str] = {}
+        self._typed_items = itertools.count(1)
+        self._turn_items: dict[int, str] = {}  # a turn's caller item, announced when its speech started
+        self._previous: dict[str, str | None] = {}  # each item's predecessor in the conversation
+        self._last_item: str | None = None
         self._sent_confirmed: dict[int, str] = {}
         self._open_responses: set[int] = set()
         self._response_asked = False  # a response.create was accepted and its response.created not sent yet
@@ -447,11 +481,9 @@ class RealtimeEncoder:
         return f"item_out_{turn_id}"
 
     def input_item_id(self, turn_id: int) -> str:
-        """The caller item of a turn: the item announced at the last speech start, else one of its own."""
-        if turn_id not in self._turn_items:
-            self._turn_items[turn_id] = self._unclaimed_speech_item or f"item_in_turn_{turn_id}"
-            self._unclaimed_speech_item = None
-        return self._turn_items[turn_id]
+        """The caller item of a turn: the one its speech_started announced (one of its own for a turn that never
+        had one)."""
+        return self._turn_items.get(turn_id, f"item_in_turn_{turn_id}")
 
     def ask_response(self) -> None:
         """A response.create was accepted: its response is active before the pipeline's first event announces it."""
@@ -463,23 +495,45 @@ class RealtimeEncoder:
         response at a time."""
         return self._response_asked or bool(self._open_responses)
 
+    @property
+    def push_to_talk(self) -> bool:
+        return self.config.turn_detection is None
+
     def turn_of_output_item(self, item_id: str) -> int | None:
         """The pipeline turn whose assistant item this is (for ``conversation.item.truncate``)."""
         return next((turn for turn in self._responded if item_id == self.output_item_id(turn)), None)
 
-    def _ms(self, at: float) -> int:
-        return max(0, round(1000 * (at - self._t0)))
+    def typed_item(self, text: str, item_id: str | None, previous_item_id: Any = None) -> list[dict[str, Any]]:
+        """conversation.item.added and .done for a typed user message (the client's own id kept), appended at
+        the end of the conversation: the only place this server inserts items."""
+        if previous_item_id is not None and previous_item_id != self._last_item:
+            raise ClientEventError(f"previous_item_id must be null or {self._last_item!r}, the last item: items "
+                                   "can only be appended", param="previous_item_id")
+        if item_id is not None and item_id in self._previous:
+            raise ClientEventError(f"item id {item_id!r} is already in the conversation", param="item.id")
+        item = {"id": item_id or f"item_text_{next(self._typed_items)}", "type": "message", "role": "user",
+                "status": "completed", "content": [{"type": "input_text", "text": text}]}
+        return [self._item_added(item), self._item_event("done", item)]
+
+    def _item_added(self, item: dict[str, Any]) -> dict[str, Any]:
+        """conversation.item.added: the item joins the end of the conversation."""
+        self._previous[item["id"]] = self._last_item
+        self._last_item = item["id"]
+        return self._item_event("added", item)
+
+    def _item_event(self, kind: str, item: dict[str, Any]) -> dict[str, Any]:
+        return self.event(f"conversation.item.{kind}", previous_item_id=self._previous[item["id"]], item=item)
+
+    def _ms(self, audio_at: float) -> int:
+        """An audio time as ms into the audio the session was sent."""
+        return max(0, round(1000 * (audio_at - self._t0)))
 
     def encode(self, ev: PipelineEvent) -> list[dict[str, Any]]:
         """The server events for one pipeline event (possibly none)."""
         if isinstance(ev, SpeechStarted):
-            self._speech_item = self._unclaimed_speech_item = f"item_in_{next(self._speech_items)}"
-            return [self.event("input_audio_buffer.speech_started", audio_start_ms=self._ms(ev.at),
-                               item_id=self._speech_item)]
+            return self._speech_started(ev)
         if isinstance(ev, SpeechStopped):
-            item = self._speech_item
-            return [self.event("input_audio_buffer.speech_stopped", audio_end_ms=self._ms(ev.at), item_id=item),
-                    self.event("input_audio_buffer.committed", item_id=item, previous_item_id=None)]
+            return self._committed(ev)
         if isinstance(ev, TranscriptDelta):
             return [self._transcript_delta(ev)]
         if isinstance(ev, TranscriptCompleted):
@@ -501,6 +555,24 @@ class RealtimeEncoder:
             return [error_event(self.event_id(), ev.message, ev.code, error_type=_error_type(ev))]
         return []
 
+    def _speech_started(self, ev: SpeechStarted) -> list[dict[str, Any]]:
+        """The turn's item is named now, and every later event about the turn's words names it (push to talk
+        announces no speech, only the commit)."""
+        item = self._turn_items[ev.turn_id] = f"item_in_{next(self._speech_items)}"
+        if self.push_to_talk:
+            return []
+        return [self.event("input_audio_buffer.speech_started", audio_start_ms=self._ms(ev.audio_at), item_id=item)]
+
+    def _committed(self, ev: SpeechStopped) -> list[dict[str, Any]]:
+        """The turn's audio becomes a user item (its transcript follows in the transcription events)."""
+        item_id = self.input_item_id(ev.turn_id)
+        stopped = [] if self.push_to_talk else [
+            self.event("input_audio_buffer.speech_stopped", audio_end_ms=self._ms(ev.audio_at), item_id=item_id)]
+        item = {"id": item_id, "type": "message", "role": "user", "status": "completed",
+                "content": [{"type": "input_audio", "transcript": None}]}
+        committed = self.event("input_audio_buffer.committed", item_id=item_id, previous_item_id=self._last_item)
+        return [*stopped, committed, self._item_added(item), self._item_event("done", item)]
+
     def _transcript_delta(self, ev: TranscriptDelta) -> dict[str, Any]:
         # Realtime deltas only ever append: send the newly confirmed words, and the unstable tail apart.
         sent = self._sent_confirmed.get(ev.turn_id, "")
@@ -517,22 +589,32 @@ class RealtimeEncoder:
         return {"response_id": self.response_id(turn_id), "item_id": self.output_item_id(turn_id),
                 "output_index": 0, "content_index": 0}
 
+    def _output_item(self, turn_id: int, status: str, text: str | None) -> dict[str, Any]:
+        """The assistant's item of a response; no content while it is in progress."""
+        content = [] if text is None else [{"type": "output_audio", "transcript": text}]
+        return {"id": self.output_item_id(turn_id), "type": "message", "role": "assistant", "status": status,
+                "content": content}
+
     def _response(self, turn_id: int, status: str, text: str = "", usage: TokenUsage | None = None) -> dict[str, Any]:
-        content = [{"type": "output_audio", "transcript": text}] if status != "in_progress" else []
-        return {"object": "realtime.response", "id": self.response_id(turn_id), "status": status,
-                "output": [{"id": self.output_item_id(turn_id), "type": "message", "role": "assistant",
-                            "status": status, "content": content}],
+        item = self._output_item(turn_id, status, None if status == "in_progress" else text)
+        return {"object": "realtime.response", "id": self.response_id(turn_id), "status": status, "output": [item],
                 "conversation_id": self.config.id, "output_modalities": ["audio"], "usage": _usage(usage)}
 
     def _open(self, turn_id: int) -> list[dict[str, Any]]:
-        """response.created, once per response: a finished reply that a noise barge-in paused while it still
-        played out (WebRTC) resumes after its response.done, and its audio reopens nothing."""
+        """response.created and its item and content part, once per response: a finished reply that a noise
+        barge-in paused while it still played out (WebRTC) resumes after its response.done, and its audio reopens
+        nothing."""
         if turn_id in self._responded:
             return []
         self._open_responses.add(turn_id)
         self._response_asked = False
         self._responded.add(turn_id)
-        return [self.event("response.created", response=self._response(turn_id, "in_progress"))]
+        item = self._output_item(turn_id, "in_progress", None)
+        where = self._where(turn_id)
+        return [self.event("response.created", response=self._response(turn_id, "in_progress")),
+                self.event("response.output_item.added", response_id=where["response_id"], output_index=0, item=item),
+                self._item_added(item),
+                self.event("response.content_part.added", **where, part={"type": "output_audio", "transcript": ""})]
 
     def _audio_delta(self, ev: AudioOut) -> list[dict[str, Any]]:
         if not self.audio_in_events or ev.turn_id not in self._open_responses:
@@ -547,6 +629,7 @@ class RealtimeEncoder:
                            delta=base64.b64encode(fmt.encode(pcm)).decode("ascii"))]
 
     def _done(self, ev: ResponseDone) -> list[dict[str, Any]]:
+        """The audio's tail, then the content part, item and response closed in the GA protocol's order."""
         events = self._open(ev.turn_id)
         if self.audio_in_events and self._resampler is not None and not ev.cancelled:
             tail = self._resampler.flush()
@@ -562,7 +645,11 @@ class RealtimeEncoder:
             response["status_details"] = {"type": "failed", "error": {"type": _error_type(ev.error), "code": ev.error.code}}
         elif ev.reason:
             response["status_details"] = {"type": status, "reason": ev.reason}
+        where, item = self._where(ev.turn_id), response["output"][0]
         return [*events,
-                self.event("response.output_audio.done", **self._where(ev.turn_id)),
-                self.event("response.output_audio_transcript.done", **self._where(ev.turn_id), transcript=ev.text),
+                self.event("response.output_audio.done", **where),
+                self.event("response.output_audio_transcript.done", **where, transcript=ev.text),
+                self.event("response.content_part.done", **where, part=item["content"][0]),
+                self.event("response.output_item.done", response_id=where["response_id"], output_index=0, item=item),
+                self._item_event("done", item),
                 self.event("response.done", response=response, trace=ev.trace)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +25,7 @@ from voice.transports.realtime_events import (
     RealtimeEncoder,
     SessionConfig,
     apply_session_update,
+    client_item_id,
     decode_audio_append,
     error_event,
     parse_client_event,
@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 MAX_EVENT_BYTES = 1 << 20
 """Largest client event accepted (1 MiB is ~22 s of 24 kHz PCM16 in base64)."""
 MAX_TEXT_CHARS = 16_000
-"""Typed user text a session holds for its next response. Unbounded, four items of 900 KiB took 13 s to
-tokenise on the event loop, stalling every other session, and 250 of them held 170 MB."""
+"""The longest typed user message or instructions. Unbounded, four items of 900 KiB took 13 s to tokenise on the
+event loop, stalling every other session."""
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -70,10 +70,9 @@ class RealtimeSession:
         self._send = send
         self._sink = sink
         self._max_event_bytes = max_event_bytes
-        self.encoder = RealtimeEncoder(SessionConfig(id=session.id), audio_in_events=sink is None,
-                                       t0=time.monotonic())
-        self._pending_text: list[str] = []
-        self._text_items = itertools.count(1)
+        self._t0 = time.monotonic()
+        self._written_s = 0.0  # audio appended so far: the next append's place in the session's audio
+        self.encoder = RealtimeEncoder(SessionConfig(id=session.id), audio_in_events=sink is None, t0=self._t0)
         self._sent_samples: dict[int, int] = {}
         self._truncated: set[int] = set()  # turns the client truncated: what it said it played stands
         self._pump: asyncio.Task[None] | None = None
@@ -139,44 +138,69 @@ class RealtimeSession:
     async def _act(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind == "input_audio_buffer.append":
-            pcm = decode_audio_append(event, self.config.input_format)
-            await self.conversation.push_audio(pcm, self.config.input_format.rate)
+            await self._append(event)
         elif kind == "session.update":
             self.update_session(event.get("session"))
             await self._send(self.encoder.event("session.updated", session=self.config.to_json()))
         elif kind == "input_audio_buffer.commit":
-            await self.conversation.commit_turn()
+            if not await self.conversation.commit_turn():  # as OpenAI's server answers an empty buffer
+                raise ClientEventError("the input audio buffer holds no speech to commit",
+                                       code="input_audio_buffer_commit_empty")
         elif kind == "input_audio_buffer.clear":
             await self.conversation.clear_input()
             await self._send(self.encoder.event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
-            text = user_text(event)
-            if sum(map(len, self._pending_text)) + len(text) > MAX_TEXT_CHARS:
-                raise ClientEventError(f"the user text waiting for response.create would be over {MAX_TEXT_CHARS} "
-                                       "characters", param="item.content")
-            self._pending_text.append(text)
-            item = {"id": f"item_text_{next(self._text_items)}", "type": "message", "role": "user",
-                    "status": "completed", "content": [{"type": "input_text", "text": text}]}
-            await self._send(self.encoder.event("conversation.item.added", item=item))
-            await self._send(self.encoder.event("conversation.item.done", item=item))
+            await self._create_item(event)
         elif kind == "response.create":
-            options = response_options(event.get("response"))
-            _check_length(options.instructions or "", "response.instructions")
-            if self.encoder.responding:  # as OpenAI's server does; respond() would cut the active one
-                raise ClientEventError("the conversation already has an active response in progress: wait for its "
-                                       "response.done (or send response.cancel) before creating another",
-                                       code="conversation_already_has_active_response")
-            text = " ".join(self._pending_text) or None
-            try:
-                await self.conversation.respond(text, options)
-            except ValueError as err:  # instructions the model's context cannot hold with a reply
-                raise ClientEventError(f"response.instructions: {err}", param="response.instructions") from None
-            self._pending_text.clear()
-            self.encoder.ask_response()  # after respond(): one that failed leaves no response to wait for
-        elif kind in ("response.cancel", "output_audio_buffer.clear"):
+            await self._respond(event)
+        elif kind == "response.cancel":
+            await self._cancel()
+        elif kind == "output_audio_buffer.clear":
             await self.conversation.cancel_response()
         elif kind == "conversation.item.truncate":
             await self._truncate(event)
+
+    async def _append(self, event: dict[str, Any]) -> None:
+        """Caller audio, placed on the session's audio timeline by the samples written before it, so that the
+        VAD's positions are positions in that audio (``audio_start_ms``), however fast or late it arrives."""
+        rate = self.config.input_format.rate
+        pcm = decode_audio_append(event, self.config.input_format)
+        await self.conversation.push_audio(pcm, rate, timestamp=self._t0 + self._written_s)
+        self._written_s += len(pcm) / rate
+
+    async def _create_item(self, event: dict[str, Any]) -> None:
+        """A typed user message joins the conversation's history at once; a later response.create answers it."""
+        text = user_text(event)
+        if len(text) > MAX_TEXT_CHARS:
+            raise ClientEventError(f"a user message is over {MAX_TEXT_CHARS} characters", param="item.content")
+        announced = self.encoder.typed_item(text, client_item_id(event), event.get("previous_item_id"))
+        self.conversation.add_user_text(text)
+        for out in announced:
+            await self._send(out)
+
+    def _response_active(self) -> bool:
+        """From response.create to response.done; with server VAD also from a turn's commit, as OpenAI's server
+        creates the turn's response then, while this pipeline announces it only with its first words."""
+        return self.encoder.responding or (not self.encoder.push_to_talk and self.conversation.thinking())
+
+    async def _respond(self, event: dict[str, Any]) -> None:
+        """A response to the history as it stands (the audio committed before it included), one at a time."""
+        options = response_options(event.get("response"))
+        _check_length(options.instructions or "", "response.instructions")
+        if self._response_active():
+            raise ClientEventError("the conversation already has an active response in progress: wait for its "
+                                   "response.done (or send response.cancel) before creating another",
+                                   code="conversation_already_has_active_response")
+        try:
+            await self.conversation.respond(None, options)
+        except ValueError as err:  # instructions the model's context cannot hold with a reply
+            raise ClientEventError(f"response.instructions: {err}", param="response.instructions") from None
+        self.encoder.ask_response()  # after respond(): one that failed leaves no response to wait for
+
+    async def _cancel(self) -> None:
+        if not self._response_active():  # as OpenAI's server answers it
+            raise ClientEventError("there is no active response to cancel", code="response_cancel_not_active")
+        await self.conversation.cancel_response()
 
     async def _truncate(self, event: dict[str, Any]) -> None:
         """The client says how much of a reply it played: the pipeline keeps only that in its history (at once
