@@ -166,8 +166,9 @@ class Conversation(Protocol):
         """End the caller's turn now (manual turn detection, e.g. Realtime input_audio_buffer.commit), once the
         audio pushed before it is heard; False when no speech was heard to end a turn with."""
 
-    def thinking(self) -> bool:
-        """A finished turn awaits its transcript, or a reply is being produced: its answer is on its way."""
+    def answer_pending(self) -> bool:
+        """An answer is on its way whose response is not done: a finished turn awaits its transcript, or a reply
+        is being produced."""
 
     def instruct(self, instructions: str) -> None:
         """The assistant's instructions (its system message) from the next reply on; empty: the configured

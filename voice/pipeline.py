@@ -22,7 +22,7 @@ import dataclasses
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,9 +61,12 @@ INPUT_QUEUE_FRAMES = 1000
 
 PLAYOUT_POLL_S = 0.05
 """How often a finished reply's playout is checked before its trace record goes out."""
+PLAYOUT_GRACE_S = 5.0
+"""How long past real-time playout a trace record waits for a transport whose played reports stop short."""
 ARRIVALS_KEPT = 3000
 """Recent input frames remembered for mapping audio time to arrival time (~60 s of 20 ms frames)."""
 
+T = TypeVar("T")
 _Command = Callable[[], None]
 TraceSink = Callable[[dict[str, Any]], None]
 
@@ -133,15 +136,29 @@ class VoicePipeline:
             self._lm.amend_last_reply(reply.log.heard(reply.played()))
 
     async def commit_turn(self) -> bool:
-        committed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-        def commit() -> None:
+        def commit() -> bool:
             ended = self._vad.force_end(self._audio_now())
-            committed.set_result(bool(ended))  # its caller resumes after the turn's events below are queued
             self._handle_vad(ended)
+            return bool(ended)
 
-        await self._input.put(commit)
-        return await committed
+        return await self._on_input_task(commit, closed=False)
+
+    async def _on_input_task(self, action: Callable[[], T], closed: T) -> T:
+        """`action`'s result, run by the input task once what was queued before it is handled; `closed` where the
+        pipeline closes first, as nothing would run it then (a commit awaited as a session closed had hung)."""
+        if self._closed:
+            return closed
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def run() -> None:
+            try:
+                done.set_result(action())
+            except Exception as exc:  # its caller's to raise; the input task goes on
+                done.set_exception(exc)
+
+        await self._input.put(run)
+        await asyncio.wait({done, self._input_task}, return_when=asyncio.FIRST_COMPLETED)
+        return done.result() if done.done() else closed
 
     def instruct(self, instructions: str) -> None:
         self._lm.instruct(self._instructions(instructions))
@@ -242,11 +259,15 @@ class VoicePipeline:
         return self._turn is not None
 
     def thinking(self) -> bool:
-        """A finished turn awaits its transcript, or a reply is being produced (not merely held back, nor one whose
-        response is done and whose audio resumed after a noise paused it)."""
+        """A finished turn awaits its transcript, or a reply is being produced (not merely held back): file mode
+        waits on it, the audio of a finished reply resumed after a noise included."""
         reply = self._reply
-        return self._finishing > 0 or (reply is not None and reply.producing and not reply.held
-                                       and not reply.finished)
+        return self._finishing > 0 or (reply is not None and reply.producing and not reply.held)
+
+    def answer_pending(self) -> bool:
+        """An answer is on its way whose response is not done: a finished turn awaits its transcript, or a reply
+        is being produced (a done one resumed after a noise is not)."""
+        return self.thinking() and not (self._finishing == 0 and self._reply is not None and self._reply.finished)
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -499,9 +520,7 @@ class VoicePipeline:
     async def _input_heard(self) -> None:
         """Wait until the audio and commits queued before now are in the history: a response asked for right
         after a commit answers the committed words, not the history before them."""
-        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._input.put(lambda: reached.done() or reached.set_result(None))
-        await reached
+        await self._on_input_task(lambda: None, closed=None)
         if self._finishers:
             await asyncio.wait(set(self._finishers))
 
@@ -655,7 +674,8 @@ class VoicePipeline:
         caller has heard it out, so that each turn gets one record, and a true one: a corrected second record
         would count the turn's latencies twice and leave a trace file with two lines that disagree."""
         try:
-            while (reply.audible() or reply.paused) and not reply.dropped:
+            while not reply.dropped and (reply.paused or (reply.audible()
+                                                          and time.monotonic() < reply.playout_until + PLAYOUT_GRACE_S)):
                 await asyncio.sleep(PLAYOUT_POLL_S)
         finally:  # closing the conversation records what it holds
             self._record(reply.record)

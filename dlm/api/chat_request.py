@@ -401,10 +401,12 @@ def _auto_call_schema(params: dict[str, Any], param: str, strict: bool,
 
 def _enforceable_part(params: dict[str, Any], writable: frozenset[str] | None) -> dict[str, Any]:
     """`params` loosened (:func:`_loosened`) until the decoder can enforce it, with its definitions for the refs
-    kept; any object where even that does not compile (a required key the vocabulary cannot write)."""
+    kept; any object where even that does not compile (a required key the vocabulary cannot write) or leaves no
+    object at the root."""
     defs = {key: params[key] for key in _DEFS if key in params}
     loose = {**defs, **_loosened(params, defs, writable)}
-    return loose if _compiles(loose, writable) else {"type": "object"}
+    # a call's arguments are an object: a root loosened to its type alone or to any value (a $ref, an anyOf) is not
+    return loose if loose.get("type") == "object" and _compiles(loose, writable) else {"type": "object"}
 
 
 def _loosened(schema: Any, defs: dict[str, Any], writable: frozenset[str] | None) -> Any:

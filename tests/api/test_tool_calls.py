@@ -262,6 +262,20 @@ DATE = {"type": "function", "function": {"name": "get_date", "parameters": {
     "required": ["day", "days"]}}}
 
 
+@pytest.mark.parametrize("parameters", [
+    {"$defs": {"Q": {"type": "object", "properties": {"q": {"type": "string", "pattern": "^a"}}}},
+     "$ref": "#/$defs/Q"},
+    {"anyOf": [{"type": "object", "properties": {"q": {"type": "string", "pattern": "^a"}}},
+               {"type": "object", "properties": {"n": {"type": "integer"}}}]},
+])
+def test_a_loosened_tool_still_calls_with_an_object(parameters):
+    """Loosened at a root with no type of its own (Pydantic's $ref, an anyOf), the arguments had become any
+    value: a string or a number came out as a call's arguments."""
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": parameters}}
+    req = parse_chat_request({"model": MODEL_NAME, "messages": ASK, "tools": [tool]}, ApiLimits())
+    assert req.tools[0].call_parameters == {"type": "object"}
+
+
 def test_an_auto_tool_the_decoder_cannot_enforce_loosens_its_own_calls_only(tagged_client):
     """`format` is no keyword the decoder enforces: get_date's parameters had made every tool's arguments any
     object, so calls came back as `{}` without their required keys. Now get_date alone loses the keyword (its

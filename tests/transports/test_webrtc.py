@@ -285,6 +285,24 @@ def test_playout_reports_each_turn_cumulatively() -> None:
     assert len(playout.read(10)) == 10 and len(playout) == 0
 
 
+def test_playout_reports_all_a_resampled_turn_wrote_once_it_has_played() -> None:
+    """The resampler holds a few samples back for the next write: the count had stopped 16 short of a 24 kHz
+    reply played at 48 kHz, the reply stayed audible, and its trace record waited for the call to end."""
+    reports: list[tuple[int, int]] = []
+    playout = Playout(48000, lambda turn, n: reports.append((turn, n)))
+    playout.write(1, np.ones(24000, dtype=np.int16), 24000)
+    while len(playout):
+        playout.read(960)
+    assert reports[-1] == (1, 24000)
+    playout.write(2, np.ones(24000, dtype=np.int16), 24000)
+    playout.read(960)
+    playout.clear()  # a barge-in: the rest of turn 2 is never heard
+    playout.write(2, np.ones(2400, dtype=np.int16), 24000)
+    while len(playout):
+        playout.read(960)
+    assert reports[-1] == (2, 480 + 2400)
+
+
 async def test_offer_whose_peer_never_connects_is_freed(serve, new_pipeline) -> None:
     server = await serve(new_pipeline, webrtc=WebRtcConfig(connect_timeout_s=1.0))
     client = Client()

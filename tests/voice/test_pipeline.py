@@ -183,6 +183,26 @@ async def test_a_noise_over_the_reply_pauses_it_and_the_reply_resumes(resources:
     assert pipeline.history[-1] == {"role": "assistant", "content": " ".join(full.split())}
 
 
+async def test_a_finished_reply_a_noise_paused_is_heard_out(resources: Resources) -> None:
+    """All handed over and still playing when the noise came: file mode had stopped waiting once the reply was
+    done, and nothing of it was heard after the noise."""
+    noise = noise_burst(CALLER_RATE)
+    result, _ = await converse(resources, [say(resources, "What is two plus two?"), noise], barge_in_at=1.0)
+    [done] = of_type(result, ResponseDone)
+    assert result.events.index(done) < next(i for i, e in enumerate(result.events) if isinstance(e, AudioCleared))
+    assert audible_after(result, result.speech_spans[1][1])
+
+
+async def test_a_commit_awaited_as_the_pipeline_closes_returns(resources: Resources) -> None:
+    """The commit is run by the input task, which closing cancels: one awaited then had hung for good."""
+    pipeline = VoicePipeline(resources)
+    commit = asyncio.ensure_future(pipeline.commit_turn())
+    await pipeline.close()
+    async with asyncio.timeout(5):
+        assert await commit is False
+        assert await pipeline.commit_turn() is False
+
+
 async def test_a_clause_cut_inside_piper_is_spoken_when_the_reply_resumes(resources: Resources, monkeypatch) -> None:
     """A noise barge-in while Piper synthesised a clause had lost it: off the clause queue and not yet in the spoken
     log, the resumed reply skipped it, though the history says it was said. Piper is held on the second clause so

@@ -27,6 +27,7 @@ class Playout:
         self._buffer = AudioBuffer(int(max_seconds * rate))
         self._segments: deque[list[int]] = deque()  # [turn_id, samples at `rate` left, source rate]
         self._played: dict[int, float] = {}
+        self._written: dict[int, float] = {}  # per turn, source samples written less those a clear dropped
         self._resampler: Resampler | None = None
         self._on_played = on_played
         self._lock = threading.Lock()
@@ -39,6 +40,7 @@ class Playout:
             if self._resampler is None or self._resampler.in_rate != sample_rate:
                 self._resampler = Resampler(sample_rate, self.rate)
             out = self._resampler.process(pcm)
+            self._written[turn_id] = self._written.get(turn_id, 0.0) + len(pcm)
             if len(out) == 0:
                 return
             self._buffer.write(out)
@@ -62,6 +64,7 @@ class Playout:
         with self._lock:
             self._segments.clear()
             self._resampler = None
+            self._written = dict(self._played)  # what was dropped was never heard
             return self._buffer.clear()
 
     def _account(self, samples: int) -> list[tuple[int, int]]:
@@ -73,7 +76,11 @@ class Playout:
             samples -= take
             turn, source_rate = segment[0], segment[2]
             self._played[turn] = self._played.get(turn, 0.0) + take * source_rate / self.rate
-            reports.append((turn, int(self._played[turn])))
             if segment[1] == 0:
                 self._segments.popleft()
+                if not any(queued[0] == turn for queued in self._segments):
+                    # all of the turn written has played: the resampler's last few samples, held back for the
+                    # next write, count too, or the count would stay short of the reply and it would never end
+                    self._played[turn] = max(self._played[turn], self._written[turn])
+            reports.append((turn, int(self._played[turn])))
         return reports

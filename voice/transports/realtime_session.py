@@ -181,7 +181,7 @@ class RealtimeSession:
     def _response_active(self) -> bool:
         """From response.create to response.done; with server VAD also from a turn's commit, as OpenAI's server
         creates the turn's response then, while this pipeline announces it only with its first words."""
-        return self.encoder.responding or (not self.encoder.push_to_talk and self.conversation.thinking())
+        return self.encoder.responding or (not self.encoder.push_to_talk and self.conversation.answer_pending())
 
     async def _respond(self, event: dict[str, Any]) -> None:
         """A response to the history as it stands (the audio committed before it included), one at a time."""
