@@ -152,11 +152,11 @@ def test_rejects_prefixes_without_valid_completion(schema: dict[str, Any], text:
 def test_an_object_that_lists_its_keys_is_decoded_with_those_and_checked_as_json_schema_does() -> None:
     listed = {"type": "object", "properties": {"c": {"type": "integer"}}, "required": ["c"]}
     automaton = JsonPrefixAutomaton(CompiledSchema(listed))
-    assert automaton.feed(automaton.initial(), '{"c": 1, "') == []  # no key but the listed one is written
+    assert not automaton.feed(automaton.initial(), '{"c": 1, "')  # no key but the listed one is written
     assert check({"c": 1, "x": 2}, CompiledSchema(listed)) == []  # yet other keys are valid, as JSON Schema says
     for open_ in ({**listed, "additionalProperties": True}, {"type": "object"}, {"type": "object", "required": ["c"]}):
         automaton = JsonPrefixAutomaton(CompiledSchema(open_))
-        assert automaton.feed(automaton.initial(), '{"c": 1, "x": 2') != []
+        assert automaton.feed(automaton.initial(), '{"c": 1, "x": 2')
 
 
 def test_refs_and_nested_anyof() -> None:
