@@ -315,7 +315,9 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
                 correct = not emitted and example.reply_is_correct(assistant.text(first.ids))
             tally.add(f"answer_correct/{effort}", correct)
             tally.add(f"answer_correct/{effort}/{example.intent}", correct)
-            tally.add(f"stuttered/{effort}", stutters(assistant.text(reply.ids if example.call else first.ids)))
+            spoken = reply.ids if example.call else first.ids
+            tally.add(f"stuttered/{effort}", stutters(assistant.text(spoken)))
+            tally.add(f"unended/{effort}", len(spoken) >= MAX_NEW_TOKENS)  # ran to the cap: a copy loop
             if effort != lead:
                 continue
             lead_correct, lead_ids = correct, first.ids
@@ -355,6 +357,7 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         "tool_call_exact": tally.rate(f"tool_call_exact/{lead}"),
         "answer_correct": tally.rate(f"answer_correct/{lead}"),
         "stuttered_replies": tally.rate(f"stuttered/{lead}"),
+        "unended_replies": tally.rate(f"unended/{lead}"),
         "valid_json_constrained": tally.rate("valid_json_constrained"),
         "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{lead}"),
         "tool_call_exact_constrained": tally.rate("tool_call_exact_constrained"),
@@ -369,7 +372,8 @@ def evaluate(assistant: Assistant, sample: list[Example], efforts: tuple[str, ..
         "by_effort": {e: {"tool_call_exact": tally.rate(f"tool_call_exact/{e}"),
                           "answer_correct": tally.rate(f"answer_correct/{e}"),
                           "valid_json_unconstrained": tally.rate(f"valid_json_unconstrained/{e}"),
-                          "stuttered_replies": tally.rate(f"stuttered/{e}")}
+                          "stuttered_replies": tally.rate(f"stuttered/{e}"),
+                          "unended_replies": tally.rate(f"unended/{e}")}
                       for e in efforts},
         "answer_correct_by_intent": {i: tally.rate(f"answer_correct/{lead}/{i}") for i in intents},
         "tool_call_exact_by_intent": {i: tally.rate(f"tool_call_exact/{lead}/{i}") for i in intents
@@ -384,7 +388,8 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"held-out dialogues: {report['examples']}"
              + (f" ({too_long} left out: longer than the model's context)" if too_long else ""), "",
              f"{'metric':<28}" + "".join(f"{e:>10}" for e in efforts)]
-    for metric in ("tool_call_exact", "answer_correct", "valid_json_unconstrained", "stuttered_replies"):
+    for metric in ("tool_call_exact", "answer_correct", "valid_json_unconstrained", "stuttered_replies",
+                   "unended_replies"):
         lines.append(f"{metric:<28}" + "".join(f"{report['by_effort'][e][metric]:>10.1%}" for e in efforts))
     lines.append(f"{'tokens_per_forward':<28}" + "".join(f"{report['tokens_per_forward'][e]:>10.2f}" for e in efforts))
     lines += ["", f"{'valid_json_constrained':<28}{report['valid_json_constrained']:>10.1%}",

@@ -18,7 +18,7 @@ from typing import Any
 # the four samples docs/demo-model.md averages over: `--limit 200`, `600 --seed 11`, `300 --seed 23`, `300 --seed 37`
 DOCS_SAMPLES = "200:1,600:11,300:23,300:37"
 HEADLINE = ("tool_call_exact", "answer_correct", "tool_call_exact_grounded", "answer_correct_grounded",
-            "valid_json_unconstrained", "valid_json_constrained", "stuttered_replies")
+            "valid_json_unconstrained", "valid_json_constrained", "stuttered_replies", "unended_replies")
 BY_INTENT = ("answer_correct_by_intent", "tool_call_exact_by_intent", "answer_correct_grounded_by_intent")
 
 

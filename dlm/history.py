@@ -9,16 +9,23 @@ from typing import Any
 def fit_history(history: list[dict[str, Any]], prompt_length: Callable[[list[dict[str, Any]]], int],
                 budget: int) -> int:
     """Drop the oldest exchanges (a user message and what answered it) from ``history`` in place until
-    ``prompt_length(history)`` is at most ``budget`` tokens. The system message and the newest message stay.
-    Returns how many messages were dropped (a caller that marks places in the history counts them).
+    ``prompt_length(history)`` is at most ``budget`` tokens. The system message and the current turn (the newest
+    user message and what followed it) stay: a turn whose tool round ran over the budget had lost its question and
+    call, the reply then answering a bare tool result. Returns how many messages were dropped (a caller that marks
+    places in the history counts them).
 
     The demo model's context is 320 tokens, a few tool exchanges; a long conversation forgets its beginning
     rather than failing.
     """
     first = 1 if history and history[0]["role"] == "system" else 0
     before = len(history)
-    while len(history) - first > 1 and prompt_length(history) > budget:
+    while _current_turn(history) > first and prompt_length(history) > budget:
         del history[first]
-        while len(history) - first > 1 and history[first]["role"] != "user":
+        while _current_turn(history) > first and history[first]["role"] != "user":
             del history[first]
     return before - len(history)
+
+
+def _current_turn(history: list[dict[str, Any]]) -> int:
+    """Where the current turn begins: its user message, else the newest message."""
+    return max((i for i, m in enumerate(history) if m["role"] == "user"), default=len(history) - 1)

@@ -5,7 +5,7 @@ tool just returned, or "scheelye" for the "schedule" the caller asked it to say 
 counterpart of a speech recogniser's contextual biasing (hotwords): the phrases the context offers (a tool
 result's values, the caller's words) are tokenized, and a position whose left neighbours are already committed
 as the start of such a phrase gets the phrase's next token favoured by ``follow``. The longest committed run
-(up to :data:`CONTEXT` tokens) that some phrase contains picks the continuation, so a token that occurs in a
+(up to :data:`PHRASE_CONTEXT` tokens) that some phrase contains picks the continuation, so a token that occurs in a
 phrase more than once ("," in "f, a, m, i, l, y") favours the token after *this* occurrence. Within one pass
 the rows are biased left to right, each seeing its masked left neighbours as their likeliest tokens, so a run
 of positions committed together copies as one, and no position writes its left neighbour's piece again where
@@ -35,7 +35,12 @@ from dlm.tools.grounding import FUNCTION_WORDS, heard_numbers, name_words, said_
 if TYPE_CHECKING:  # annotations only: voice.config reads COPY_FOLLOW without loading torch
     import torch
 
-CONTEXT = 3  # committed tokens to the left that pick a phrase's continuation
+CONTEXT = 3  # committed tokens copied in a row that make a copy of a word follow more strongly
+PHRASE_CONTEXT = 12
+"""Committed tokens to the left that pick a phrase's continuation: enough to tell a phrase's end from the same
+tokens inside it. With 3 (a space is a token of its own) the end of "three point three three" read as its middle
+and a reply went on "three three three ..." to the token cap, as did a spelled word whose last letter occurs
+earlier in it ("k, n, o, w, l, e, d, g, e, d, g, e, ..."): 46 of the 54 such words the training data spells."""
 # The copy bias a reply gets (a logit, so e^4 = 55 times the odds): on the demo checkpoint, held-out answers
 # 80.3% -> 82.8% with calls grounded, "say back" 40% -> 70%, at the same 3.8 tokens per pass (following
 # committed neighbours only, factor 0.4); 8 gained one dialogue more after tool results and lost two after the
@@ -206,7 +211,7 @@ class LogitBias:
         for phrase in phrases:
             for ids in (encode(" " + phrase), encode(phrase)):
                 for i in range(1, len(ids) + 1):
-                    for n in range(1, min(CONTEXT, i) + 1):
+                    for n in range(1, min(PHRASE_CONTEXT, i) + 1):
                         if not spaces.issuperset(ids[i - n:i]):
                             # at the phrase's end (i == len) an entry that favours nothing
                             continuations[tuple(ids[i - n:i])].update(ids[i:i + 1])
@@ -286,12 +291,13 @@ class LogitBias:
         likeliest = logits.argmax(-1).tolist()
         row_at = {at: row for row, at in enumerate(positions)}
         for row, at in enumerate(positions):
-            tail = line[max(0, at - CONTEXT):at]
+            tail = line[max(0, at - PHRASE_CONTEXT):at]
             nexts = self.continuation(tail) if self.follow else frozenset()
             left = line[at - 1] if at > 0 else None
             begins = self.starts.get(left, frozenset()) if left is not None else frozenset()
             pair = tuple(line[max(0, at - 2):at])
-            follow = self.follow * (MID_WORD_FACTOR if pair in self.inside or self._copying_words(tail) else 1.0)
+            follow = self.follow * (MID_WORD_FACTOR if pair in self.inside or self._copying_words(tail[-CONTEXT:])
+                                    else 1.0)
             begun = self._digits_before(line, at) if self.numbers else None  # a number written so far
             if said_goes_on := self._said_number_goes_on(begun):
                 nexts, follow = said_goes_on, self.follow * MID_WORD_FACTOR
@@ -372,7 +378,7 @@ class LogitBias:
         shorter tail "2" picked the continuation). The shipped checkpoint scores the same either way on the four
         held-out samples; configs/demo.toml's 89.4% -> 89.5% free calls (docs/demo-model.md)."""
         best: frozenset[int] = frozenset()
-        for n in range(1, min(CONTEXT, len(context)) + 1):
+        for n in range(1, min(PHRASE_CONTEXT, len(context)) + 1):
             tail = tuple(context[len(context) - n:])
             if None in tail:
                 break
@@ -387,9 +393,9 @@ def _unsure(row: torch.Tensor) -> bool:
 
 def bias_line(tokens: Sequence[int], start: int, window: Sequence[int | None]) -> tuple[list[int | None], int]:
     """What :meth:`LogitBias.apply` needs to see of a generation whose window begins at ``start``: the
-    :data:`CONTEXT` committed tokens before it and the window itself (None: still masked), with the window's
-    offset in that line."""
-    before = list(tokens[max(0, start - CONTEXT):start])
+    :data:`PHRASE_CONTEXT` committed tokens before it and the window itself (None: still masked), with the
+    window's offset in that line."""
+    before = list(tokens[max(0, start - PHRASE_CONTEXT):start])
     return [*before, *window], len(before)
 
 
@@ -426,9 +432,12 @@ def copy_phrases(messages: Sequence[dict[str, Any]], asking_words: Collection[st
                 *(copy_phrases([earlier], numbers=True) if earlier is not None else [])]
     if last.get("role") == "tool":
         try:
-            return [s for s in _values(json.loads(content), numbers) if s.strip()]
+            result = json.loads(content)
         except json.JSONDecodeError:
             return [content]
+        if isinstance(result, dict) and "error" in result:  # said in the reply's own words, not read out
+            return []
+        return [s for s in _values(result, numbers) if s.strip()]
     return []
 
 

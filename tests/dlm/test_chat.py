@@ -109,6 +109,15 @@ def test_fit_history_drops_whole_exchanges_from_the_oldest_and_keeps_the_system_
     assert [m["content"] for m in history] == ["s", "c"]
 
 
+def test_fit_history_keeps_the_current_turn_whole() -> None:
+    """A tool round that ran over the budget had dropped the turn's question and call: [system, tool]."""
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+               {"role": "assistant", "content": "ra"}, {"role": "user", "content": "b"},
+               {"role": "assistant", "content": "", "tool_calls": []}, {"role": "tool", "content": "{}"}]
+    assert fit_history(history, len, budget=0) == 2
+    assert [m["role"] for m in history] == ["system", "user", "assistant", "tool"]
+
+
 def test_a_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(engine: Engine) -> None:
     """It had ended the chat with a traceback, and the conversation with it."""
     out = io.StringIO()
@@ -132,3 +141,21 @@ def test_a_reply_says_the_request_back_as_it_was_asked(engine: Engine) -> None:
     chat.turn("What is 7 minus 14?")
     reply = chat.history[-1]["content"]
     assert "minus seven" in reply and "minus seven is" not in reply and "minus seven equals" not in reply, reply
+
+
+@pytest.mark.parametrize(("asked", "copied"), [("spell knowledge", "k, n, o, w, l, e, d, g, e"),
+                                               ("what's 10 divided by 3", "three point three three")])
+def test_a_copy_whose_end_repeats_its_middle_ends_there(engine: Engine, asked: str, copied: str) -> None:
+    """The copy bias had read the end of these as their middle: "... d, g, e, d, g, e, ..." to the token cap (46 of
+    the 54 spelled words whose last letter occurs earlier, measured with /tmp/loop/probe.py)."""
+    chat = TerminalChat(engine, io.StringIO())
+    chat.turn(asked)
+    reply = chat.history[-1]["content"]
+    assert reply.endswith(copied + "."), reply
+
+
+def test_a_tool_error_is_answered_not_read_out(engine: Engine) -> None:
+    """The copy bias had followed the error's text: "sorry, i don't know the capital known for 'atlantis'"."""
+    chat = TerminalChat(engine, io.StringIO())
+    chat.turn("what's the capital of atlantis")
+    assert chat.history[-1]["content"] == "sorry, i don't know the capital of atlantis."

@@ -333,6 +333,23 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     assert after_words is not None and after_result.follow == RESULT_FOLLOW_FACTOR * after_words.follow > 0
 
 
+@pytest.mark.parametrize("phrase", ["three point three three", "k, n, o, w, l, e, d, g, e"])
+def test_a_phrase_whose_end_repeats_its_middle_is_not_led_on_at_its_end(engine: Engine, phrase: str) -> None:
+    """Three tokens of context read the end of these as their middle: replies went on "three three three ..."
+    and "d, g, e, d, g, e, ..." to the token cap."""
+    bias = LogitBias.copying([phrase], engine.tokenizer.encode, follow=4.0)
+    whole = engine.tokenizer.encode(" " + phrase)
+    assert bias.continuation(whole) == frozenset()
+    middle = whole[: len(whole) - 3]  # the same last tokens, inside the phrase: it goes on
+    assert bias.continuation(middle) == {whole[len(middle)]}
+
+
+def test_an_error_result_is_no_phrase_to_copy() -> None:
+    error = {"role": "tool", "content": json.dumps({"error": "country_capital: no capital known for 'atlantis'"})}
+    assert copy_phrases([error]) == []
+    assert copy_phrases([error, {"role": "user", "content": "and of peru"}]) == ["and of peru"]
+
+
 def test_a_result_is_not_followed_on_from_a_word_the_caller_asked_with(engine: Engine) -> None:
     """"what is 7 minus 14" gives "minus seven": said back, the request's "minus" had gone on with the result's
     "seven" ("7 minus seven is minus seven"). A word the request goes on from as the result does still leads
