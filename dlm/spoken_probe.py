@@ -33,19 +33,25 @@ class Probe:
     right: Callable[[str, str, str], bool]  # (question, reply, the tool's spoken result) -> the reply is right
 
 
-def _said_back(question: str, reply: str, _: str) -> bool:
-    """Any "A minus B" in the reply is the request's."""
-    asked = re.search(r"(\d+) minus (\d+)", question)
-    return asked is not None and all(m.groups() == asked.groups() for m in re.finditer(r"(\S+) minus (\S+)", reply)
-                                     if m.group(1)[0].isdigit())
+def _said_back(question: str, reply: str, spoken: str) -> bool:
+    """The result said, and before it any "minus" followed by the request's own second number."""
+    asked = re.search(r"minus (\d+)", question)
+    at = reply.rfind(spoken) if spoken else -1
+    return asked is not None and at >= 0 and all(
+        word.strip(".,!?;:") == asked.group(1) for word in re.findall(r"minus (\S+)", reply[:at]))
+
+
+def _ends_with_once(reply: str, ending: str) -> bool:
+    """``ending`` said once, last: a copy that ran on says it again, or goes on after it."""
+    return bool(ending) and reply.count(ending) == 1 and reply.endswith(ending + ".")
 
 
 def _ends_with_spelling(question: str, reply: str, _: str) -> bool:
-    return reply.endswith(", ".join(question.split()[-1]) + ".")
+    return _ends_with_once(reply, ", ".join(question.split()[-1]))
 
 
 def _ends_with_result(_: str, reply: str, spoken: str) -> bool:
-    return bool(spoken) and reply.endswith(spoken + ".")
+    return _ends_with_once(reply, spoken)
 
 
 def _unknown_answered(question: str, reply: str, _: str) -> bool:
@@ -57,7 +63,8 @@ PROBES = (
                         [(7, 14), (6, 10), (3, 11), (4, 8), (5, 9), (2, 9), (1, 6), (8, 15), (9, 12), (10, 13)]],
           _said_back),
     Probe("spelled", [f"spell {w}" for w in ["knowledge", "banana", "because", "across", "address", "achieve", "queue",
-                                              "separate", "receive", "people", "temperature", "mississippi"]],
+                                              "separate", "receive", "people", "temperature", "mississippi", "assesses",
+                                              "hotchpotch"]],
           _ends_with_spelling),
     Probe("decimals", [f"what's {a} divided by {b}" for a, b in [(10, 3), (7, 8), (1, 3), (25, 3), (100, 3), (20, 3)]],
           _ends_with_result),

@@ -412,8 +412,9 @@ def _enforceable_part(params: dict[str, Any], writable: frozenset[str] | None) -
 def _loosened(schema: Any, defs: dict[str, Any], writable: frozenset[str] | None) -> Any:
     """`schema` where the decoder can enforce it; else an object with its required keys and its properties, each
     loosened alike; else its type alone, or any value. Each step only widens what it admits, so no argument the
-    caller's schema takes is ruled out. additionalProperties is left open: a keyword dropped beside it
-    (patternProperties) may have allowed keys that it forbids."""
+    caller's schema takes is ruled out. additionalProperties is open, and said so (the decoder writes only the
+    listed keys of an object that says nothing of it): a keyword dropped beside it (patternProperties,
+    minProperties) may have allowed or needed other keys."""
     if _compiles({**defs, **schema} if isinstance(schema, dict) else schema, writable):
         return schema
     if not isinstance(schema, dict):
@@ -421,7 +422,7 @@ def _loosened(schema: Any, defs: dict[str, Any], writable: frozenset[str] | None
     props = schema.get("properties")
     if isinstance(props, dict) and schema.get("type", "object") == "object":
         required = schema.get("required", [])
-        return {"type": "object", "required": required,
+        return {"type": "object", "required": required, "additionalProperties": True,  # said: unsaid is closed
                 "properties": {key: _loosened(sub, defs, writable) for key, sub in props.items()}}
     typed = {"type": schema["type"]} if "type" in schema else {}
     return typed if _compiles(typed, writable) else {}

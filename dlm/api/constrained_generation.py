@@ -69,7 +69,7 @@ def constrained_decode(
                 ids = torch.tensor(window, dtype=torch.long, device=forward.device)
                 logits = forward.denoise(ids, rows - 1 if shift else rows)
             if bias:
-                line, offset = bias_line(tokens, start, window[:first] + [None] * (len(window) - first))
+                line, offset = bias_line(tokens, start, window[:first] + [None] * (len(window) - first), bias.reach)
                 logits = bias.apply(logits, line, range(offset + first, offset + len(window)))
             committed: list[int] = []
             for row in range(logits.shape[0]):

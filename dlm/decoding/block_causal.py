@@ -383,7 +383,7 @@ def decode_passes(
                 logits = _no_mask((yield Pass(forward, torch.tensor(window), at, pending)), mask_id)
                 if bias:
                     seen = [None if m else t for t, m in zip(window, masked, strict=True)]
-                    line, offset = bias_line(tokens, start, seen)
+                    line, offset = bias_line(tokens, start, seen, bias.reach)
                     logits = bias.apply(logits, line, [offset + row for row in rows])
                 pending = None
                 progress.passes += 1

@@ -5,7 +5,7 @@ tool just returned, or "scheelye" for the "schedule" the caller asked it to say 
 counterpart of a speech recogniser's contextual biasing (hotwords): the phrases the context offers (a tool
 result's values, the caller's words) are tokenized, and a position whose left neighbours are already committed
 as the start of such a phrase gets the phrase's next token favoured by ``follow``. The longest committed run
-(up to :data:`PHRASE_CONTEXT` tokens) that some phrase contains picks the continuation, so a token that occurs in a
+(up to the longest phrase's length) that some phrase contains picks the continuation, so a token that occurs in a
 phrase more than once ("," in "f, a, m, i, l, y") favours the token after *this* occurrence. Within one pass
 the rows are biased left to right, each seeing its masked left neighbours as their likeliest tokens, so a run
 of positions committed together copies as one, and no position writes its left neighbour's piece again where
@@ -36,11 +36,8 @@ if TYPE_CHECKING:  # annotations only: voice.config reads COPY_FOLLOW without lo
     import torch
 
 CONTEXT = 3  # committed tokens copied in a row that make a copy of a word follow more strongly
-PHRASE_CONTEXT = 12
-"""Committed tokens to the left that pick a phrase's continuation: enough to tell a phrase's end from the same
-tokens inside it. With 3 (a space is a token of its own) the end of "three point three three" read as its middle
-and a reply went on "three three three ..." to the token cap, as did a spelled word whose last letter occurs
-earlier in it ("k, n, o, w, l, e, d, g, e, d, g, e, ..."): 46 of the 54 such words the training data spells."""
+MAX_REACH = 64
+"""The most committed tokens to the left that pick a phrase's continuation (:attr:`LogitBias.reach`)."""
 # The copy bias a reply gets (a logit, so e^4 = 55 times the odds): on the demo checkpoint, held-out answers
 # 80.3% -> 82.8% with calls grounded, "say back" 40% -> 70%, at the same 3.8 tokens per pass (following
 # committed neighbours only, factor 0.4); 8 gained one dialogue more after tool results and lost two after the
@@ -190,6 +187,12 @@ class LogitBias:
 
     follow: float = 0.0
     continuations: Mapping[tuple[int, ...], frozenset[int]] = field(default_factory=dict)
+    reach: int = CONTEXT
+    """Committed tokens to the left that pick a continuation: the longest phrase's length (at most
+    :data:`MAX_REACH`), so a phrase's end is never read as its middle. With 3 (a space is a token of its own) the
+    end of "three point three three" had read as its middle and a reply went on "three three three ..." to the
+    token cap, as did a spelled word whose last letter occurs earlier ("k, n, o, w, l, e, d, g, e, d, g, e, ..."):
+    46 of the 54 such words the training data spells; with 12, "a, s, s, e, s, s, e, s, ..." still did."""
     start: float = 0.0
     starts: Mapping[int, frozenset[int]] = field(default_factory=dict)
     eager_after: frozenset[int] = frozenset()
@@ -208,14 +211,15 @@ class LogitBias:
         alone picks no continuation: it would favour every word of every phrase wherever a word starts."""
         spaces = set(encode(" "))
         continuations: dict[tuple[int, ...], set[int]] = defaultdict(set)
-        for phrase in phrases:
-            for ids in (encode(" " + phrase), encode(phrase)):
-                for i in range(1, len(ids) + 1):
-                    for n in range(1, min(PHRASE_CONTEXT, i) + 1):
-                        if not spaces.issuperset(ids[i - n:i]):
-                            # at the phrase's end (i == len) an entry that favours nothing
-                            continuations[tuple(ids[i - n:i])].update(ids[i:i + 1])
-        bias = cls(follow, {k: frozenset(v) for k, v in continuations.items()})
+        spelled = [ids for phrase in phrases for ids in (encode(" " + phrase), encode(phrase))]
+        reach = min(MAX_REACH, max([CONTEXT, *map(len, spelled)]))
+        for ids in spelled:
+            for i in range(1, len(ids) + 1):
+                for n in range(1, min(reach, i) + 1):
+                    if not spaces.issuperset(ids[i - n:i]):
+                        # at the phrase's end (i == len) an entry that favours nothing
+                        continuations[tuple(ids[i - n:i])].update(ids[i:i + 1])
+        bias = cls(follow, {k: frozenset(v) for k, v in continuations.items()}, reach)
         return bias.starting(phrases, encode, start, WORD_BREAKS) if start else bias
 
     def unanchored(self, words: Iterable[str], encode: Callable[[str], list[int]]) -> LogitBias:
@@ -291,7 +295,7 @@ class LogitBias:
         likeliest = logits.argmax(-1).tolist()
         row_at = {at: row for row, at in enumerate(positions)}
         for row, at in enumerate(positions):
-            tail = line[max(0, at - PHRASE_CONTEXT):at]
+            tail = line[max(0, at - self.reach):at]
             nexts = self.continuation(tail) if self.follow else frozenset()
             left = line[at - 1] if at > 0 else None
             begins = self.starts.get(left, frozenset()) if left is not None else frozenset()
@@ -378,7 +382,7 @@ class LogitBias:
         shorter tail "2" picked the continuation). The shipped checkpoint scores the same either way on the four
         held-out samples; configs/demo.toml's 89.4% -> 89.5% free calls (docs/demo-model.md)."""
         best: frozenset[int] = frozenset()
-        for n in range(1, min(PHRASE_CONTEXT, len(context)) + 1):
+        for n in range(1, min(self.reach, len(context)) + 1):
             tail = tuple(context[len(context) - n:])
             if None in tail:
                 break
@@ -391,11 +395,11 @@ def _unsure(row: torch.Tensor) -> bool:
     return float(row.softmax(-1).max()) < UNSURE
 
 
-def bias_line(tokens: Sequence[int], start: int, window: Sequence[int | None]) -> tuple[list[int | None], int]:
+def bias_line(tokens: Sequence[int], start: int, window: Sequence[int | None], reach: int) -> tuple[list[int | None], int]:
     """What :meth:`LogitBias.apply` needs to see of a generation whose window begins at ``start``: the
-    :data:`PHRASE_CONTEXT` committed tokens before it and the window itself (None: still masked), with the
-    window's offset in that line."""
-    before = list(tokens[max(0, start - PHRASE_CONTEXT):start])
+    ``reach`` committed tokens before it (:attr:`LogitBias.reach`) and the window itself (None: still masked),
+    with the window's offset in that line."""
+    before = list(tokens[max(0, start - reach):start])
     return [*before, *window], len(before)
 
 
@@ -436,9 +440,17 @@ def copy_phrases(messages: Sequence[dict[str, Any]], asking_words: Collection[st
         except json.JSONDecodeError:
             return [content]
         if isinstance(result, dict) and "error" in result:  # said in the reply's own words, not read out
-            return []
+            return _call_strings(messages[:-1])
         return [s for s in _values(result, numbers) if s.strip()]
     return []
+
+
+def _call_strings(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """The string arguments of the call ``messages`` end with, what a reply to its error says back ("sorry, i don't
+    know the capital of mordor"): copying nothing after an error had garbled the name ("muser ry")."""
+    calls = messages[-1].get("tool_calls") if messages and messages[-1].get("role") == "assistant" else None
+    arguments = [call.get("function", {}).get("arguments") for call in calls or ()]
+    return [s for args in arguments if isinstance(args, dict) for s in _values(args, False) if s.strip()]
 
 
 def _asked_heads(phrases: Iterable[str], messages: Sequence[dict[str, Any]]) -> list[str]:

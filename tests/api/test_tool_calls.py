@@ -14,6 +14,7 @@ from dlm.api.chat_request import parse_chat_request
 from dlm.api.limits import ApiLimits
 from dlm.api.stop_strings import FreeTextStops
 from dlm.api.tool_calls import CLOSE, OPEN, ContentDelta, ToolCallDelta, ToolCallStream
+from dlm.constrained import CompiledSchema, JsonPrefixAutomaton
 from tests.api.conftest import MODEL_NAME
 
 WEATHER = {
@@ -262,6 +263,20 @@ DATE = {"type": "function", "function": {"name": "get_date", "parameters": {
     "required": ["day", "days"]}}}
 
 
+@pytest.mark.parametrize(("extra", "arguments"), [
+    ({"patternProperties": {"^x_": {"type": "integer"}}}, '{"a": "hi", "x_n": 3}'),
+    ({"minProperties": 2}, '{"a": "hi", "b": 1}'),
+])
+def test_a_loosened_object_still_takes_the_keys_its_dropped_keyword_allowed(extra, arguments):
+    """The decoder writes only the listed keys of an object that says nothing of additionalProperties; a loosened
+    one had said nothing, so a minProperties 2 tool could only be called invalidly."""
+    params = {"type": "object", "properties": {"a": {"type": "string"}}, **extra}
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": params}}
+    req = parse_chat_request({"model": MODEL_NAME, "messages": ASK, "tools": [tool]}, ApiLimits())
+    automaton = JsonPrefixAutomaton(CompiledSchema(req.tools[0].call_parameters))
+    assert automaton.feed(automaton.initial(), arguments)
+
+
 @pytest.mark.parametrize("parameters", [
     {"$defs": {"Q": {"type": "object", "properties": {"q": {"type": "string", "pattern": "^a"}}}},
      "$ref": "#/$defs/Q"},
@@ -284,7 +299,7 @@ def test_an_auto_tool_the_decoder_cannot_enforce_loosens_its_own_calls_only(tagg
     req = parse_chat_request({"model": MODEL_NAME, "messages": ASK, "tools": [WEATHER, DATE]}, ApiLimits())
     assert req.tools[0].call_parameters == WEATHER["function"]["parameters"]
     assert req.tools[1].call_parameters == {"type": "object", "required": ["day", "days"], "properties": {
-        "day": {"type": "string"}, "days": {"type": "integer"}}}
+        "day": {"type": "string"}, "days": {"type": "integer"}}, "additionalProperties": True}
     calls = []
     for seed, temperature in enumerate([0.0, 1.0, 1.5, 2.0]):
         resp = tagged_client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER, DATE],

@@ -114,8 +114,18 @@ def test_fit_history_keeps_the_current_turn_whole() -> None:
     history = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
                {"role": "assistant", "content": "ra"}, {"role": "user", "content": "b"},
                {"role": "assistant", "content": "", "tool_calls": []}, {"role": "tool", "content": "{}"}]
-    assert fit_history(history, len, budget=0) == 2
+    assert fit_history(history, len, budget=4) == 2
     assert [m["role"] for m in history] == ["system", "user", "assistant", "tool"]
+    assert fit_history(history, len, budget=0) == 2  # the turn alone over budget: it goes too, as before
+    assert [m["role"] for m in history] == ["system", "tool"]
+
+
+def test_a_turn_whose_tool_round_overflows_the_context_is_still_answered(engine: Engine) -> None:
+    """Keeping the whole turn, a tool round past the context had been refused after its timer was set: the timer
+    ran, the history forgot it."""
+    chat = TerminalChat(engine, io.StringIO())
+    chat.turn("please " * 52 + "set a timer for 5 minutes")
+    assert chat.tools.timers and chat.history[-1]["role"] == "assistant"
 
 
 def test_a_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(engine: Engine) -> None:

@@ -333,10 +333,11 @@ def test_a_tool_result_s_phrases_are_started_where_none_is_being_followed(engine
     assert after_words is not None and after_result.follow == RESULT_FOLLOW_FACTOR * after_words.follow > 0
 
 
-@pytest.mark.parametrize("phrase", ["three point three three", "k, n, o, w, l, e, d, g, e"])
+@pytest.mark.parametrize("phrase", ["three point three three", "k, n, o, w, l, e, d, g, e", "a, s, s, e, s, s, e, s"])
 def test_a_phrase_whose_end_repeats_its_middle_is_not_led_on_at_its_end(engine: Engine, phrase: str) -> None:
     """Three tokens of context read the end of these as their middle: replies went on "three three three ..."
-    and "d, g, e, d, g, e, ..." to the token cap."""
+    and "d, g, e, d, g, e, ..." to the token cap; twelve still did for "assesses", whose last twelve tokens occur
+    inside it. The reach is the longest phrase's."""
     bias = LogitBias.copying([phrase], engine.tokenizer.encode, follow=4.0)
     whole = engine.tokenizer.encode(" " + phrase)
     assert bias.continuation(whole) == frozenset()
@@ -344,8 +345,11 @@ def test_a_phrase_whose_end_repeats_its_middle_is_not_led_on_at_its_end(engine: 
     assert bias.continuation(middle) == {whole[len(middle)]}
 
 
-def test_an_error_result_is_no_phrase_to_copy() -> None:
+def test_an_error_result_is_no_phrase_to_copy_but_its_call_s_words_are() -> None:
     error = {"role": "tool", "content": json.dumps({"error": "country_capital: no capital known for 'atlantis'"})}
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "country_capital", "arguments": {"country": "atlantis"}}}]}
+    assert copy_phrases([call, error]) == ["atlantis"]
     assert copy_phrases([error]) == []
     assert copy_phrases([error, {"role": "user", "content": "and of peru"}]) == ["and of peru"]
 
